@@ -1,0 +1,242 @@
+/*
+ * taiji: named, versioned, asynchronous collectives for distributed training.
+ *
+ * The whole public contract is this header. Conventions that hold for every function:
+ *  - Functions return taiji_status_t: 0 success, positive values are not errors
+ *    (TAIJI_IN_PROGRESS), negative values are errors with fixed numbers.
+ *  - A function that fails changes nothing and, if it takes a callback, never calls it.
+ *  - Handles are opaque. taiji_*_destroy / taiji_request_free accept NULL.
+ *  - Thread safety: every function taking a taiji_peer_t* may be called from any thread,
+ *    concurrently, unless its comment says otherwise.
+ *  - The text behind taiji_peer_last_error is per peer; no global state exists, so several
+ *    peers may live in one process.
+ */
+#ifndef TAIJI_TAIJI_H
+#define TAIJI_TAIJI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <taiji/version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TAIJI_API __attribute__((visibility("default")))
+#else
+#define TAIJI_API
+#endif
+
+/* ---- status codes ------------------------------------------------------------------- */
+
+/* X(NAME, value, description). Values are fixed forever; retired ones are never reused. */
+#define TAIJI_STATUS_LIST(X)                                                             \
+  X(OK, 0, "success")                                                                    \
+  X(IN_PROGRESS, 1, "operation still in progress")                                      \
+  X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                                       \
+  X(ERR_NO_MEMORY, -2, "out of memory")                                                  \
+  X(ERR_TIMEOUT, -3, "operation timed out")                                              \
+  X(ERR_MISMATCH, -4, "peers disagree on an operation's parameters")                    \
+  X(ERR_PEER_LOST, -5, "a peer was lost")                                                \
+  X(ERR_DUPLICATE, -6, "operation with this name and version is already in flight")     \
+  X(ERR_STALE_VERSION, -7, "version already completed for this name")                   \
+  X(ERR_PROTOCOL, -8, "protocol error")                                                  \
+  X(ERR_IO, -9, "system or network I/O error")                                           \
+  X(ERR_CONFIG, -10, "invalid configuration")                                            \
+  X(ERR_ABORTED, -11, "aborted")                                                         \
+  X(ERR_FINALIZED, -12, "peer is finalized or failed")                                   \
+  X(ERR_VERSION, -13, "header and library versions are incompatible")                   \
+  X(ERR_INTERNAL, -14, "internal error")                                                 \
+  X(ERR_UNSUPPORTED, -15, "not supported")                                               \
+  X(ERR_BOOTSTRAP, -16, "bootstrap (rendezvous or connection set-up) failed")
+
+typedef enum taiji_status {
+#define TAIJI_STATUS_ENUM_(name, value, text) TAIJI_##name = value,
+  TAIJI_STATUS_LIST(TAIJI_STATUS_ENUM_)
+#undef TAIJI_STATUS_ENUM_
+} taiji_status_t;
+
+/* "TAIJI_ERR_TIMEOUT" etc.; "TAIJI_UNKNOWN_STATUS" for other values. Static strings. */
+TAIJI_API const char *taiji_status_name(taiji_status_t status);
+/* A short English description. Static string. */
+TAIJI_API const char *taiji_status_string(taiji_status_t status);
+
+/* ---- element types and reduction operators ------------------------------------------ */
+
+typedef enum taiji_dtype {
+  TAIJI_F32 = 0,
+  TAIJI_F64 = 1,
+  TAIJI_F16 = 2,  /* IEEE 754 binary16; reduced in f32, rounded to nearest-even per step */
+  TAIJI_BF16 = 3, /* bfloat16; reduced in f32, rounded to nearest-even per step */
+  TAIJI_I8 = 4,
+  TAIJI_U8 = 5,
+  TAIJI_I32 = 6,
+  TAIJI_U32 = 7,
+  TAIJI_I64 = 8,
+  TAIJI_U64 = 9
+} taiji_dtype_t;
+
+typedef enum taiji_reduce_op {
+  TAIJI_SUM = 0,  /* integers wrap modulo 2^bits */
+  TAIJI_PROD = 1, /* integers wrap modulo 2^bits */
+  TAIJI_MIN = 2,
+  TAIJI_MAX = 3,
+  TAIJI_AVG = 4   /* sum, then divided by the world size (integers: truncated) */
+} taiji_reduce_op_t;
+
+/* ---- handles ------------------------------------------------------------------------ */
+
+typedef struct taiji_peer taiji_peer_t;       /* one process's membership in a job */
+typedef struct taiji_request taiji_request_t; /* one posted asynchronous operation */
+
+/* Completion callback. Runs on the peer's I/O thread exactly once when the op completes
+ * (successfully or not); it must not block and must not wait on other taiji requests. It
+ * may post new operations. */
+typedef void (*taiji_callback_t)(taiji_status_t status, void *user_data);
+
+/* ---- versions ----------------------------------------------------------------------- */
+
+/* The library's TAIJI_VERSION_NUMBER (see <taiji/version.h>). */
+TAIJI_API uint32_t taiji_version(void);
+/* "0.1.0". Static string. */
+TAIJI_API const char *taiji_version_string(void);
+
+/* ---- peer lifecycle ----------------------------------------------------------------- */
+
+/* Peer configuration. Initialise with TAIJI_CONFIG_INIT, then set what you need. Unset
+ * fields (-1, 0 or NULL as noted) are taken from the environment, then from defaults;
+ * see docs/environment.md. Fields are only ever appended. */
+typedef struct taiji_config {
+  size_t struct_size;           /* sizeof(taiji_config_t), set by TAIJI_CONFIG_INIT */
+  int32_t rank;                 /* -1: from environment */
+  int32_t size;                 /* world size; -1: from environment */
+  const char *rendezvous;       /* "host:port" of the rendezvous store; NULL: environment */
+  int32_t host_rendezvous;      /* 1: this peer serves the store; 0: no; -1: automatic */
+  const char *listen_host;      /* address to listen on and advertise; NULL: environment */
+  const char *job_id;           /* peers of one job must agree; NULL: environment */
+  int64_t timeout_ms;           /* default op deadline; 0: environment (default 60000) */
+  int64_t init_timeout_ms;      /* bootstrap deadline; 0: environment (default 60000) */
+  const char *topology;         /* "ring", "tree", "star"; NULL: automatic by size */
+} taiji_config_t;
+
+#define TAIJI_CONFIG_INIT \
+  { sizeof(taiji_config_t), -1, -1, NULL, -1, NULL, NULL, 0, 0, NULL }
+
+/* Creates a peer and joins the job: publishes this peer's address at the rendezvous,
+ * connects to every other peer, and returns when all are connected or init_timeout_ms
+ * passed. Blocks. `config` may be NULL (everything from the environment); it is copied,
+ * its strings need not outlive the call. On error *peer is set to NULL and nothing is
+ * left running. Errors: ERR_INVALID_ARGUMENT, ERR_CONFIG, ERR_BOOTSTRAP, ERR_TIMEOUT,
+ * ERR_IO, ERR_VERSION, ERR_NO_MEMORY.
+ * The macro passes the header's version so a mismatched library is a clear error; the
+ * function of the same name is also exported for callers that bind symbols directly. */
+TAIJI_API taiji_status_t taiji_peer_init_versioned(uint32_t header_version,
+                                                   const taiji_config_t *config,
+                                                   taiji_peer_t **peer);
+TAIJI_API taiji_status_t(taiji_peer_init)(const taiji_config_t *config, taiji_peer_t **peer);
+#define taiji_peer_init(config, peer) \
+  taiji_peer_init_versioned(TAIJI_VERSION_NUMBER, (config), (peer))
+
+/* Completes the peer's participation: waits (bounded by the op timeout) for in-flight ops
+ * to finish, then closes all connections and stops the I/O thread. Ops posted afterwards
+ * fail with ERR_FINALIZED. Blocks. Idempotent. Returns the peer's sticky error, if any. */
+TAIJI_API taiji_status_t taiji_peer_finalize(taiji_peer_t *peer);
+
+/* Cancels every in-flight op (each completes with ERR_ABORTED, waking its waiters),
+ * closes all connections and makes the peer unusable (sticky ERR_ABORTED). Does not
+ * wait for peers. Safe to call from any thread, also from a completion callback. */
+TAIJI_API taiji_status_t taiji_peer_abort(taiji_peer_t *peer);
+
+/* Finalizes if needed (with abort semantics if ops are still running), then frees the
+ * peer. Requests still held by the caller stay valid until freed. Accepts NULL. */
+TAIJI_API void taiji_peer_destroy(taiji_peer_t *peer);
+
+/* Rank and world size; -1 for NULL. Never block. */
+TAIJI_API int taiji_peer_rank(const taiji_peer_t *peer);
+TAIJI_API int taiji_peer_size(const taiji_peer_t *peer);
+
+/* The sticky asynchronous error of the peer: OK, or the error that made it unusable
+ * (a lost connection, abort). Never blocks. */
+TAIJI_API taiji_status_t taiji_peer_async_error(const taiji_peer_t *peer);
+
+/* Text of the last error of a call on this peer (any thread), or of the last failed
+ * taiji_peer_init when peer is NULL on the calling thread. The pointer stays valid
+ * until the next call on the same peer from the same thread. Never NULL. */
+TAIJI_API const char *taiji_peer_last_error(const taiji_peer_t *peer);
+
+/* ---- operation options -------------------------------------------------------------- */
+
+typedef struct taiji_op_options {
+  size_t struct_size;         /* sizeof(taiji_op_options_t), set by TAIJI_OP_OPTIONS_INIT */
+  uint64_t version;           /* 0: automatic (per-name counter: n-th call is version n) */
+  int64_t timeout_ms;         /* 0: the peer's default; the op fails with ERR_TIMEOUT after */
+  taiji_callback_t callback;  /* optional; see taiji_callback_t */
+  void *user_data;            /* passed to callback */
+  const char *topology;       /* NULL: the peer's choice; else "ring", "tree", "star" */
+} taiji_op_options_t;
+
+#define TAIJI_OP_OPTIONS_INIT { sizeof(taiji_op_options_t), 0, 0, NULL, NULL, NULL }
+
+/* ---- collectives -------------------------------------------------------------------- *
+ * Common rules:
+ *  - `name` (1..256 bytes of UTF-8, NUL-terminated; copied) identifies the op; together
+ *    with its version it matches the op across peers, whatever order peers post in.
+ *  - `options` may be NULL (all defaults).
+ *  - request == NULL: the call blocks until the op completes and returns its status.
+ *    request != NULL: the call returns TAIJI_OK at once after posting, *request is set,
+ *    and the op's outcome is read with taiji_request_test / taiji_request_wait.
+ *  - Buffers belong to the runtime from the call until the op completes: do not read the
+ *    output or write the input before completion.
+ *  - Synchronous errors (nothing posted, no callback): ERR_INVALID_ARGUMENT,
+ *    ERR_DUPLICATE (same name and version in flight), ERR_STALE_VERSION (version already
+ *    completed for the name), ERR_FINALIZED, ERR_NO_MEMORY.
+ *  - Asynchronous errors (reported by the request and callback): ERR_TIMEOUT,
+ *    ERR_MISMATCH (peers posted the name with a different count, dtype, op, root or
+ *    topology; every peer gets it), ERR_PEER_LOST, ERR_ABORTED, ERR_PROTOCOL.
+ */
+
+/* recvbuf[i] = op over peers of sendbuf[i], for i < count. sendbuf == recvbuf is in-place.
+ * count may be 0 (the op then only synchronises and checks agreement). */
+TAIJI_API taiji_status_t taiji_allreduce(taiji_peer_t *peer, const char *name,
+                                         const void *sendbuf, void *recvbuf, size_t count,
+                                         taiji_dtype_t dtype, taiji_reduce_op_t op,
+                                         const taiji_op_options_t *options,
+                                         taiji_request_t **request);
+
+/* Copies root's buf to every peer's buf (count elements). Pipelined over the topology. */
+TAIJI_API taiji_status_t taiji_broadcast(taiji_peer_t *peer, const char *name, void *buf,
+                                         size_t count, taiji_dtype_t dtype, int root,
+                                         const taiji_op_options_t *options,
+                                         taiji_request_t **request);
+
+/* Completes on a peer only after every peer posted it. */
+TAIJI_API taiji_status_t taiji_barrier(taiji_peer_t *peer, const char *name,
+                                       const taiji_op_options_t *options,
+                                       taiji_request_t **request);
+
+/* ---- requests ----------------------------------------------------------------------- *
+ * A request is owned by the caller and must be freed once with taiji_request_free. It
+ * may be tested and waited on from any thread. */
+
+/* TAIJI_IN_PROGRESS while running, else the op's final status. Never blocks. */
+TAIJI_API taiji_status_t taiji_request_test(taiji_request_t *request);
+
+/* Waits up to timeout_ms (negative: until the op completes, which its own deadline
+ * bounds). Returns the op's final status, or TAIJI_IN_PROGRESS if timeout_ms passed first
+ * (the op goes on). Blocks; do not call from a completion callback. */
+TAIJI_API taiji_status_t taiji_request_wait(taiji_request_t *request, int64_t timeout_ms);
+
+/* The op's version (useful with automatic versions). Never blocks. */
+TAIJI_API uint64_t taiji_request_version(const taiji_request_t *request);
+
+/* Releases the handle. If the op is still running it goes on (its callback still runs)
+ * and its buffers stay in use until it completes. Accepts NULL. */
+TAIJI_API void taiji_request_free(taiji_request_t *request);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAIJI_TAIJI_H */

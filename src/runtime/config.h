@@ -1,0 +1,57 @@
+// Peer configuration: explicit values (from the C config struct) win, the environment fills
+// what was left unset, defaults fill the rest; then everything is validated. The
+// environment contract is documented in docs/environment.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+
+namespace taiji {
+
+// Returns the value of an environment variable, or nullptr when unset.
+using EnvLookup = std::function<const char*(const char*)>;
+EnvLookup process_env();
+
+struct Config {
+  int rank = -1;                    // -1: unset
+  int size = -1;                    // -1: unset
+  std::string rendezvous;           // "host:port"; empty: unset (fine when size == 1)
+  int host_rendezvous = -1;         // 1: this peer serves the rendezvous; -1: auto (rank 0,
+                                    // unless started by taiji-run)
+  std::string listen_host;          // address to listen on and advertise; empty: 127.0.0.1
+  std::string job_id;               // empty: "taiji"
+  int64_t timeout_ms = 0;           // default op deadline; 0: unset (default 60000)
+  int64_t init_timeout_ms = 0;      // bootstrap deadline; 0: unset (default 60000)
+  uint64_t chunk_bytes = 0;         // pipelining chunk; 0: unset (default 1 MiB)
+  uint64_t eager_bytes = 0;         // payloads up to this go without waiting; 0: unset (64 KiB)
+  uint64_t unexpected_bytes = 0;    // cap of early-arrival buffer; 0: unset (64 MiB)
+  uint64_t max_payload = 0;         // cap of one frame's payload; 0: unset (64 MiB)
+  uint32_t max_name_len = 0;        // cap of an op name; 0: unset (256)
+  std::string topology;             // strategy name; empty: automatic by size
+  std::string log_level;            // trace, debug, info, warn, error, off; empty: warn
+};
+
+// Fills unset fields of `explicit_values` from the environment, then from defaults, and
+// validates. Variables, in order of precedence for rank/size/rendezvous:
+//   TAIJI_RANK, TAIJI_WORLD_SIZE, TAIJI_RENDEZVOUS (host:port), TAIJI_RENDEZVOUS_HOST (0/1)
+//   RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun style; taiji's rendezvous is on
+//     MASTER_PORT + 1 because torchrun's own store holds MASTER_PORT, unless
+//     TAIJI_RENDEZVOUS_PORT is set)
+//   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (Open MPI)
+//   SLURM_PROCID, SLURM_NTASKS (Slurm)
+// and TAIJI_LISTEN_HOST, TAIJI_JOB_ID, TAIJI_TIMEOUT_MS, TAIJI_INIT_TIMEOUT_MS,
+// TAIJI_CHUNK_BYTES, TAIJI_EAGER_BYTES, TAIJI_UNEXPECTED_BYTES, TAIJI_MAX_PAYLOAD_BYTES,
+// TAIJI_MAX_NAME_LEN, TAIJI_TOPOLOGY, TAIJI_LOG_LEVEL.
+// Byte sizes accept a K, M or G suffix (powers of 1024). Nothing set at all means a single
+// peer: rank 0 of 1. Errors (Code::Config) name the variable and the offending value.
+Result<Config> resolve_config(Config explicit_values, const EnvLookup& env);
+
+// Splits "host:port" ("[v6]:port" too); port must be 1..65535 (0 allowed if allow_zero).
+Status parse_host_port(const std::string& s, std::string* host, uint16_t* port,
+                       bool allow_zero = false);
+
+}  // namespace taiji

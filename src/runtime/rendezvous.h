@@ -1,0 +1,57 @@
+// The rendezvous store: a tiny key/value service where peers publish their listen
+// addresses at start-up and wait for everyone else's. Served by taiji-run (or by rank 0
+// when another launcher started the job); clients use blocking sockets with deadlines.
+//
+// Wire protocol (all integers little-endian):
+//   request:  op u8 ('S' set | 'G' get), key_len u32, key, then for 'S': value_len u32, value;
+//             for 'G': timeout_ms u32
+//   response: status u8 (0 ok, 1 timeout, 2 bad request), value_len u32, value (for 'G')
+// Keys are at most 1 KiB, values at most 64 KiB; a malformed request closes that client's
+// connection and nothing else.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace taiji {
+
+class RendezvousServer {
+ public:
+  // Binds host:port (port 0: any free port) and serves on a background thread.
+  static Result<std::unique_ptr<RendezvousServer>> start(const std::string& host,
+                                                         uint16_t port);
+  ~RendezvousServer();  // stops and joins
+  uint16_t port() const;
+
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  struct Impl;
+
+ private:
+  explicit RendezvousServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class RendezvousClient {
+ public:
+  // Connects to "host:port", retrying until timeout_ms (the server may start later).
+  static Result<std::unique_ptr<RendezvousClient>> connect(const std::string& address,
+                                                           int64_t timeout_ms);
+  ~RendezvousClient();
+  Status set(const std::string& key, const std::string& value);
+  // Blocks until the key is set or timeout_ms passes (Code::Timeout naming the key).
+  Result<std::string> get(const std::string& key, int64_t timeout_ms);
+
+  RendezvousClient(const RendezvousClient&) = delete;
+  RendezvousClient& operator=(const RendezvousClient&) = delete;
+
+ private:
+  explicit RendezvousClient(int fd);
+  int fd_;
+};
+
+}  // namespace taiji

@@ -1,0 +1,69 @@
+// Topology graphs. A Graph is a rooted tree over ranks 0..n-1 given by parent links; a
+// reduce graph sends data toward its root, a broadcast graph away from it. A Strategy is a
+// list of (reduce, broadcast) pairs: chunk i of a buffer runs on pair i mod pairs.size(),
+// so several rooted graphs share the load (a ring is n rotated chains).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace taiji {
+
+class Graph {
+ public:
+  Graph() = default;
+  // parent[r] == -1 marks the root. Not validated: call validate_graph().
+  explicit Graph(std::vector<int> parent);
+
+  int size() const { return static_cast<int>(parent_.size()); }
+  int root() const { return root_; }
+  int parent(int r) const { return parent_[r]; }
+  // Children of r in ascending rank order (deterministic reduction order).
+  const std::vector<int>& children(int r) const { return children_[r]; }
+  const std::vector<int>& parents() const { return parent_; }
+
+  // The same shape with every rank r renamed to (r + shift) mod n.
+  Graph rotated(int shift) const;
+
+ private:
+  std::vector<int> parent_;
+  std::vector<std::vector<int>> children_;
+  int root_ = -1;
+};
+
+struct GraphPair {
+  Graph reduce;
+  Graph broadcast;
+};
+
+struct Strategy {
+  std::string name;
+  std::vector<GraphPair> pairs;
+};
+
+// Exactly one root, every parent in range, no cycle, every rank reaches the root.
+Status validate_graph(const Graph& g, int n);
+// Both graphs valid over n ranks and the broadcast graph rooted where the reduce graph ends.
+Status validate_pair(const GraphPair& p, int n);
+
+// Built-in strategies (n >= 1):
+//   ring:  n pairs; pair k reduces along the chain k+1 -> k+2 -> ... -> k and broadcasts
+//          along k -> k+1 -> ... -> k-1. Pipelined over chunks every peer sends 2(n-1)/n
+//          of the buffer: bandwidth-optimal for large buffers.
+//   tree:  one pair, a binary tree rooted at 0 (children of r are 2r+1, 2r+2), used both
+//          ways: about 2*log2(n) hops, latency-optimal for small buffers.
+//   star:  one pair, every rank a child of rank 0.
+Strategy make_ring(int n);
+Strategy make_tree(int n);
+Strategy make_star(int n);
+// By name ("ring", "tree", "star"); an unknown name is an InvalidArgument error.
+Result<Strategy> make_strategy(std::string_view name, int n);
+
+// Broadcast graphs for a broadcast from `root`: the strategy's broadcast graphs, each
+// renamed so that it is rooted at `root`.
+std::vector<Graph> broadcast_graphs(const Strategy& s, int root);
+
+}  // namespace taiji

@@ -1,0 +1,71 @@
+// The wire frame: a fixed 64-byte little-endian header, then name_len bytes of op name,
+// then payload_len bytes of payload. decode_header validates every field before the
+// receiver allocates or reads anything else.
+//
+// Layout (byte offset: field):
+//   0 magic u32 ("TJ01" = 0x3130'4A54)   4 protocol u16   6 type u8   7 op_kind u8
+//   8 cluster_version u32  12 src_rank u32  16 dtype u8  17 redop u8  18 name_len u16
+//  20 root u32  24 op_version u64  32 count u64  40 chunk u32  44 stage u8  45 strategy u8
+//  46 reserved u16 (must be 0)  48 offset u64  56 payload_len u64
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace taiji {
+
+constexpr uint32_t kFrameMagic = 0x31304A54;
+constexpr uint16_t kProtocolVersion = 1;
+constexpr size_t kHeaderSize = 64;
+
+enum class MsgType : uint8_t {
+  Hello = 1,   // first frame on a connection: name = job id, src_rank, cluster_version
+  Ready = 2,   // receiver posted (name, op_version): bulk data may flow to it
+  Data = 3,    // one chunk of one stage of one op
+  Abort = 4,   // the op failed on the sender (payload: UTF-8 reason); stage = status code
+};
+constexpr uint8_t kMaxMsgType = 4;
+
+enum class OpKind : uint8_t { None = 0, Allreduce = 1, Broadcast = 2, Barrier = 3 };
+constexpr uint8_t kMaxOpKind = 3;
+
+enum class Stage : uint8_t { Reduce = 0, Broadcast = 1 };
+
+struct FrameHeader {
+  uint32_t magic = kFrameMagic;
+  uint16_t protocol = kProtocolVersion;
+  MsgType type = MsgType::Data;
+  OpKind op_kind = OpKind::None;
+  uint32_t cluster_version = 0;
+  uint32_t src_rank = 0;
+  uint8_t dtype = 0;
+  uint8_t redop = 0;
+  uint16_t name_len = 0;
+  uint32_t root = 0;
+  uint64_t op_version = 0;
+  uint64_t count = 0;
+  uint32_t chunk = 0;
+  uint8_t stage = 0;
+  uint8_t strategy = 0;
+  uint16_t reserved = 0;
+  uint64_t offset = 0;
+  uint64_t payload_len = 0;
+};
+
+struct FrameLimits {
+  uint32_t world_size = 1;          // src_rank and root must be below it
+  uint32_t cluster_version = 0;     // must match exactly
+  uint16_t max_name_len = 256;
+  uint64_t max_payload = 64ull << 20;
+};
+
+void encode_header(const FrameHeader& h, uint8_t out[kHeaderSize]);
+// Parses and validates magic, protocol, type, op kind, dtype, redop (for Data frames of
+// Allreduce), name length (>= 1 except Hello may be 0; <= max), payload length (<= max;
+// for Data a multiple of the dtype size), ranks, cluster version, reserved == 0. The
+// message of an error names the field and its value.
+Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits, FrameHeader* out);
+
+}  // namespace taiji
