@@ -1,1 +1,324 @@
-// placeholder
+// The C ABI: argument checks, conversion to the runtime's types, and the exception
+// barrier. No C++ exception leaves this file.
+#include <taiji/taiji.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "runtime/config.h"
+#include "runtime/peer.h"
+
+struct taiji_peer {
+  std::unique_ptr<taiji::Peer> impl;
+  int rank = -1;
+  int size = -1;
+  std::mutex error_mu;
+  std::string last_error;
+};
+
+struct taiji_request {
+  std::shared_ptr<taiji::RequestState> state;
+};
+
+namespace {
+
+static_assert(static_cast<int>(taiji::Code::InProgress) == TAIJI_IN_PROGRESS);
+static_assert(static_cast<int>(taiji::Code::InvalidArgument) == TAIJI_ERR_INVALID_ARGUMENT);
+static_assert(static_cast<int>(taiji::Code::NoMemory) == TAIJI_ERR_NO_MEMORY);
+static_assert(static_cast<int>(taiji::Code::Timeout) == TAIJI_ERR_TIMEOUT);
+static_assert(static_cast<int>(taiji::Code::Mismatch) == TAIJI_ERR_MISMATCH);
+static_assert(static_cast<int>(taiji::Code::PeerLost) == TAIJI_ERR_PEER_LOST);
+static_assert(static_cast<int>(taiji::Code::Duplicate) == TAIJI_ERR_DUPLICATE);
+static_assert(static_cast<int>(taiji::Code::StaleVersion) == TAIJI_ERR_STALE_VERSION);
+static_assert(static_cast<int>(taiji::Code::Protocol) == TAIJI_ERR_PROTOCOL);
+static_assert(static_cast<int>(taiji::Code::Io) == TAIJI_ERR_IO);
+static_assert(static_cast<int>(taiji::Code::Config) == TAIJI_ERR_CONFIG);
+static_assert(static_cast<int>(taiji::Code::Aborted) == TAIJI_ERR_ABORTED);
+static_assert(static_cast<int>(taiji::Code::Finalized) == TAIJI_ERR_FINALIZED);
+static_assert(static_cast<int>(taiji::Code::VersionMismatch) == TAIJI_ERR_VERSION);
+static_assert(static_cast<int>(taiji::Code::Internal) == TAIJI_ERR_INTERNAL);
+static_assert(static_cast<int>(taiji::Code::Unsupported) == TAIJI_ERR_UNSUPPORTED);
+static_assert(static_cast<int>(taiji::Code::Bootstrap) == TAIJI_ERR_BOOTSTRAP);
+static_assert(static_cast<int>(taiji::DType::U64) == TAIJI_U64);
+static_assert(static_cast<int>(taiji::DType::BF16) == TAIJI_BF16);
+static_assert(static_cast<int>(taiji::RedOp::Avg) == TAIJI_AVG);
+
+// Text of the last failed taiji_peer_init on this thread (no peer to keep it in).
+thread_local std::string init_error;
+thread_local std::string error_copy;
+
+taiji_status_t to_c(const taiji::Status& s) { return static_cast<taiji_status_t>(s.code()); }
+
+taiji_status_t record(taiji_peer_t* peer, const taiji::Status& s) {
+  if (!s.is_ok()) {
+    std::lock_guard<std::mutex> lock(peer->error_mu);
+    peer->last_error = s.message();
+  }
+  return to_c(s);
+}
+
+taiji_status_t invalid(taiji_peer_t* peer, const char* what) {
+  return record(peer, {taiji::Code::InvalidArgument, what});
+}
+
+// Runs fn, turning any escaping exception into a status.
+template <typename Fn>
+taiji_status_t guarded(taiji_peer_t* peer, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return peer ? record(peer, {taiji::Code::NoMemory, "out of memory"}) : TAIJI_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    return peer ? record(peer, {taiji::Code::Internal, e.what()}) : TAIJI_ERR_INTERNAL;
+  } catch (...) {
+    return peer ? record(peer, {taiji::Code::Internal, "unknown exception"}) : TAIJI_ERR_INTERNAL;
+  }
+}
+
+taiji::Status read_options(const taiji_op_options_t* options, taiji_op_options_t* out) {
+  *out = TAIJI_OP_OPTIONS_INIT;
+  if (options == nullptr) return {};
+  if (options->struct_size < sizeof(size_t) || options->struct_size > (1u << 16)) {
+    return {taiji::Code::InvalidArgument,
+            "options.struct_size is not set (use TAIJI_OP_OPTIONS_INIT)"};
+  }
+  std::memcpy(out, options, std::min(options->struct_size, sizeof(*out)));
+  out->struct_size = sizeof(*out);
+  return {};
+}
+
+taiji_status_t post(taiji_peer_t* peer, taiji::PostArgs args, const taiji_op_options_t* options,
+                    taiji_request_t** request) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  return guarded(peer, [&]() -> taiji_status_t {
+    taiji_op_options_t opt;
+    taiji::Status s = read_options(options, &opt);
+    if (!s.is_ok()) return record(peer, s);
+    if (opt.timeout_ms < 0) return invalid(peer, "options.timeout_ms is negative");
+    args.version = opt.version;
+    args.timeout_ms = opt.timeout_ms;
+    if (opt.topology != nullptr) args.topology = opt.topology;
+    if (opt.callback != nullptr) {
+      taiji_callback_t cb = opt.callback;
+      void* user_data = opt.user_data;
+      args.callback = [cb, user_data](const taiji::Status& st) { cb(to_c(st), user_data); };
+    }
+    auto posted = peer->impl->post(std::move(args));
+    if (!posted.is_ok()) return record(peer, posted.status());
+    if (request != nullptr) {
+      *request = new taiji_request{posted.value()};
+      return TAIJI_OK;
+    }
+    taiji::Status result;
+    posted.value()->wait_for(-1, &result);
+    return record(peer, result);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* taiji_status_name(taiji_status_t status) {
+  switch (status) {
+#define TAIJI_STATUS_NAME_(name, value, text) \
+  case TAIJI_##name:                          \
+    return "TAIJI_" #name;
+    TAIJI_STATUS_LIST(TAIJI_STATUS_NAME_)
+#undef TAIJI_STATUS_NAME_
+  }
+  return "TAIJI_UNKNOWN_STATUS";
+}
+
+const char* taiji_status_string(taiji_status_t status) {
+  switch (status) {
+#define TAIJI_STATUS_TEXT_(name, value, text) \
+  case TAIJI_##name:                          \
+    return text;
+    TAIJI_STATUS_LIST(TAIJI_STATUS_TEXT_)
+#undef TAIJI_STATUS_TEXT_
+  }
+  return "unknown status";
+}
+
+uint32_t taiji_version(void) { return TAIJI_VERSION_NUMBER; }
+
+const char* taiji_version_string(void) {
+#define TAIJI_STR2_(x) #x
+#define TAIJI_STR_(x) TAIJI_STR2_(x)
+  return TAIJI_STR_(TAIJI_VERSION_MAJOR) "." TAIJI_STR_(TAIJI_VERSION_MINOR) "." TAIJI_STR_(
+      TAIJI_VERSION_PATCH);
+}
+
+taiji_status_t taiji_peer_init_versioned(uint32_t header_version, const taiji_config_t* config,
+                                         taiji_peer_t** peer) {
+  init_error.clear();
+  if (peer == nullptr) {
+    init_error = "peer output pointer is NULL";
+    return TAIJI_ERR_INVALID_ARGUMENT;
+  }
+  *peer = nullptr;
+  auto fail = [](taiji_status_t code, std::string message) {
+    init_error = std::move(message);
+    return code;
+  };
+  if (header_version / 10000 != TAIJI_VERSION_MAJOR || header_version > TAIJI_VERSION_NUMBER) {
+    return fail(TAIJI_ERR_VERSION, "built against taiji header " + std::to_string(header_version) +
+                                       ", library is " + std::to_string(TAIJI_VERSION_NUMBER));
+  }
+  try {
+    taiji::Config explicit_values;
+    if (config != nullptr) {
+      taiji_config_t c = TAIJI_CONFIG_INIT;
+      if (config->struct_size < sizeof(size_t) || config->struct_size > (1u << 16)) {
+        return fail(TAIJI_ERR_INVALID_ARGUMENT, "config.struct_size is not set (use TAIJI_CONFIG_INIT)");
+      }
+      std::memcpy(&c, config, std::min(config->struct_size, sizeof(c)));
+      explicit_values.rank = c.rank;
+      explicit_values.size = c.size;
+      if (c.rendezvous != nullptr) explicit_values.rendezvous = c.rendezvous;
+      explicit_values.host_rendezvous = c.host_rendezvous;
+      if (c.listen_host != nullptr) explicit_values.listen_host = c.listen_host;
+      if (c.job_id != nullptr) explicit_values.job_id = c.job_id;
+      if (c.timeout_ms < 0 || c.init_timeout_ms < 0) {
+        return fail(TAIJI_ERR_INVALID_ARGUMENT, "config timeouts must not be negative");
+      }
+      explicit_values.timeout_ms = c.timeout_ms;
+      explicit_values.init_timeout_ms = c.init_timeout_ms;
+      if (c.topology != nullptr) explicit_values.topology = c.topology;
+    }
+    auto resolved = taiji::resolve_config(explicit_values, taiji::process_env());
+    if (!resolved.is_ok()) return fail(to_c(resolved.status()), resolved.status().message());
+    auto made = taiji::Peer::create(resolved.value());
+    if (!made.is_ok()) return fail(to_c(made.status()), made.status().message());
+    auto* p = new taiji_peer();
+    p->rank = made.value()->rank();
+    p->size = made.value()->size();
+    p->impl = std::move(made.value());
+    *peer = p;
+    return TAIJI_OK;
+  } catch (const std::bad_alloc&) {
+    return fail(TAIJI_ERR_NO_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(TAIJI_ERR_INTERNAL, e.what());
+  }
+}
+
+taiji_status_t(taiji_peer_init)(const taiji_config_t* config, taiji_peer_t** peer) {
+  return taiji_peer_init_versioned(TAIJI_VERSION_NUMBER, config, peer);
+}
+
+taiji_status_t taiji_peer_finalize(taiji_peer_t* peer) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  return guarded(peer, [&] {
+    taiji::Status s = peer->impl->finalize();
+    // A peer that was aborted finalizes fine: the abort was the caller's own choice.
+    if (s.code() == taiji::Code::Aborted) return TAIJI_OK;
+    return record(peer, s);
+  });
+}
+
+taiji_status_t taiji_peer_abort(taiji_peer_t* peer) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  return guarded(peer, [&] {
+    peer->impl->abort();
+    return TAIJI_OK;
+  });
+}
+
+void taiji_peer_destroy(taiji_peer_t* peer) {
+  if (peer == nullptr) return;
+  try {
+    peer->impl.reset();
+  } catch (...) {
+    // Destruction must not throw into C; nothing more can be done for this peer.
+  }
+  delete peer;
+}
+
+int taiji_peer_rank(const taiji_peer_t* peer) { return peer ? peer->rank : -1; }
+int taiji_peer_size(const taiji_peer_t* peer) { return peer ? peer->size : -1; }
+
+taiji_status_t taiji_peer_async_error(const taiji_peer_t* peer) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  return to_c(peer->impl->async_error());
+}
+
+const char* taiji_peer_last_error(const taiji_peer_t* peer) {
+  if (peer == nullptr) return init_error.c_str();
+  auto* p = const_cast<taiji_peer_t*>(peer);
+  std::lock_guard<std::mutex> lock(p->error_mu);
+  error_copy = p->last_error;
+  return error_copy.c_str();
+}
+
+taiji_status_t taiji_allreduce(taiji_peer_t* peer, const char* name, const void* sendbuf,
+                               void* recvbuf, size_t count, taiji_dtype_t dtype,
+                               taiji_reduce_op_t op, const taiji_op_options_t* options,
+                               taiji_request_t** request) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (name == nullptr) return invalid(peer, "name is NULL");
+  if (!taiji::valid_dtype(static_cast<uint32_t>(dtype))) return invalid(peer, "unknown dtype");
+  if (!taiji::valid_redop(static_cast<uint32_t>(op))) return invalid(peer, "unknown reduce op");
+  taiji::PostArgs args;
+  args.kind = taiji::OpKind::Allreduce;
+  args.name = name;
+  args.send = sendbuf;
+  args.recv = recvbuf;
+  args.count = count;
+  args.dtype = static_cast<taiji::DType>(dtype);
+  args.redop = static_cast<taiji::RedOp>(op);
+  return post(peer, std::move(args), options, request);
+}
+
+taiji_status_t taiji_broadcast(taiji_peer_t* peer, const char* name, void* buf, size_t count,
+                               taiji_dtype_t dtype, int root, const taiji_op_options_t* options,
+                               taiji_request_t** request) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (name == nullptr) return invalid(peer, "name is NULL");
+  if (!taiji::valid_dtype(static_cast<uint32_t>(dtype))) return invalid(peer, "unknown dtype");
+  taiji::PostArgs args;
+  args.kind = taiji::OpKind::Broadcast;
+  args.name = name;
+  args.send = buf;
+  args.recv = buf;
+  args.count = count;
+  args.dtype = static_cast<taiji::DType>(dtype);
+  args.root = root;
+  return post(peer, std::move(args), options, request);
+}
+
+taiji_status_t taiji_barrier(taiji_peer_t* peer, const char* name,
+                             const taiji_op_options_t* options, taiji_request_t** request) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (name == nullptr) return invalid(peer, "name is NULL");
+  taiji::PostArgs args;
+  args.kind = taiji::OpKind::Barrier;
+  args.name = name;
+  args.dtype = taiji::DType::U8;
+  return post(peer, std::move(args), options, request);
+}
+
+taiji_status_t taiji_request_test(taiji_request_t* request) {
+  if (request == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  taiji::Status s;
+  return request->state->test(&s) ? to_c(s) : TAIJI_IN_PROGRESS;
+}
+
+taiji_status_t taiji_request_wait(taiji_request_t* request, int64_t timeout_ms) {
+  if (request == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  taiji::Status s;
+  return request->state->wait_for(timeout_ms, &s) ? to_c(s) : TAIJI_IN_PROGRESS;
+}
+
+uint64_t taiji_request_version(const taiji_request_t* request) {
+  return request ? request->state->version() : 0;
+}
+
+void taiji_request_free(taiji_request_t* request) { delete request; }
+
+}  // extern "C"

@@ -1,1 +1,288 @@
-// placeholder
+#include "runtime/peer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+
+#include "monitor/log.h"
+
+namespace taiji {
+
+namespace {
+
+constexpr uint64_t kTickMs = 20;
+constexpr uint32_t kClusterVersion = 1;
+// A graceful close that cannot flush its queued writes in this long closes hard.
+constexpr uint64_t kCloseGraceMs = 2000;
+
+int64_t remaining_ms(std::chrono::steady_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return std::max<int64_t>(left.count(), 1);
+}
+
+}  // namespace
+
+Peer::Peer(const Config& config) : config_(config), strategies_(config.size) {
+  set_log_level(config_.log_level);
+  uv_loop_init(&loop_);
+  uv_async_init(&loop_, &wake_, [](uv_async_t* a) { static_cast<Peer*>(a->data)->drain_inbox(); });
+  wake_.data = this;
+  uv_timer_init(&loop_, &tick_);
+  tick_.data = this;
+  EngineOptions eo;
+  eo.rank = config_.rank;
+  eo.size = config_.size;
+  eo.eager_bytes = config_.eager_bytes;
+  eo.unexpected_bytes = config_.unexpected_bytes;
+  engine_ = std::make_unique<OpEngine>(&loop_, eo, &names_);
+  engine_->set_fatal_handler([this](const Status& s) { set_error(s); });
+  TcpOptions to;
+  to.rank = config_.rank;
+  to.size = config_.size;
+  to.cluster_version = kClusterVersion;
+  to.job_id = config_.job_id;
+  to.listen_host = config_.listen_host;
+  to.limits.max_name_len = static_cast<uint16_t>(config_.max_name_len);
+  to.limits.max_payload = config_.max_payload;
+  transport_ = std::make_unique<TcpTransport>(&loop_, to, engine_.get());
+  engine_->set_transport(transport_.get());
+}
+
+Result<std::unique_ptr<Peer>> Peer::create(const Config& config) {
+  std::unique_ptr<Peer> peer(new Peer(config));
+  Status s = peer->bootstrap();
+  if (!s.is_ok()) return s;
+  return peer;
+}
+
+Status Peer::bootstrap() {
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(config_.init_timeout_ms);
+  std::vector<std::string> addresses(config_.size);
+  if (config_.size > 1) {
+    if (config_.host_rendezvous == 1) {
+      std::string host;
+      uint16_t port = 0;
+      Status s = parse_host_port(config_.rendezvous, &host, &port);
+      if (!s.is_ok()) return s;
+      auto server = RendezvousServer::start(host, port);
+      if (!server.is_ok()) return server.status();
+      rendezvous_server_ = std::move(server.value());
+    }
+    auto self = transport_->listen();
+    if (!self.is_ok()) return self.status();
+    auto client = RendezvousClient::connect(config_.rendezvous, remaining_ms(deadline));
+    if (!client.is_ok()) return client.status();
+    std::string prefix = config_.job_id + "/addr/";
+    Status s = client.value()->set(prefix + std::to_string(config_.rank), self.value());
+    if (!s.is_ok()) return s;
+    for (int r = 0; r < config_.size; ++r) {
+      auto addr = client.value()->get(prefix + std::to_string(r), remaining_ms(deadline));
+      if (!addr.is_ok()) {
+        return {addr.status().code() == Code::Timeout ? Code::Timeout : Code::Bootstrap,
+                "rank " + std::to_string(r) + " did not publish its address: " +
+                    addr.status().message()};
+      }
+      addresses[r] = addr.value();
+    }
+  }
+  uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Peer*>(t->data)->on_tick(); }, kTickMs, kTickMs);
+  thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+  if (config_.size == 1) return {};
+  auto connected = std::make_shared<std::promise<Status>>();
+  auto result = connected->get_future();
+  uint64_t left = static_cast<uint64_t>(remaining_ms(deadline));
+  run_on_loop([this, addresses, left, connected] {
+    transport_->connect_all(addresses, left, [connected](const Status& s) { connected->set_value(s); });
+  });
+  // connect_all reports by its own deadline; the extra second only guards against a
+  // loop that stopped underneath us.
+  if (result.wait_for(std::chrono::milliseconds(left + 1000)) != std::future_status::ready) {
+    return {Code::Timeout, "connection set-up did not finish"};
+  }
+  Status s = result.get();
+  if (s.is_ok()) log().debug("rank {} of {} connected", config_.rank, config_.size);
+  return s;
+}
+
+Peer::~Peer() {
+  if (thread_.joinable()) {
+    abort();
+    stop_thread();
+  } else if (!joined_) {
+    // The loop never ran: close its handles here, on the only thread that touches it.
+    begin_close(false);
+    uv_run(&loop_, UV_RUN_DEFAULT);
+  }
+  uv_loop_close(&loop_);
+}
+
+void Peer::run_on_loop(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (loop_closed_) return;
+    inbox_.push_back(std::move(fn));
+  }
+  uv_async_send(&wake_);
+}
+
+void Peer::drain_inbox() {
+  std::vector<std::function<void()>> work;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    work.swap(inbox_);
+  }
+  for (auto& fn : work) fn();
+}
+
+Result<std::shared_ptr<RequestState>> Peer::post(PostArgs args) {
+  auto invalid = [](const std::string& m) { return Status{Code::InvalidArgument, m}; };
+  if (args.name.empty()) return invalid("op name is empty");
+  if (args.name.size() > config_.max_name_len) {
+    return invalid("op name is " + std::to_string(args.name.size()) + " bytes; the cap is " +
+                   std::to_string(config_.max_name_len));
+  }
+  if (args.timeout_ms < 0) return invalid("timeout_ms is negative");
+  size_t elem = dtype_size(args.dtype);
+  if (args.count > (UINT64_MAX >> 4) / elem) return invalid("count is too large");
+  if (args.count > 0 && (args.recv == nullptr || (args.kind == OpKind::Allreduce && args.send == nullptr))) {
+    return invalid("buffer is NULL with a non-zero count");
+  }
+  if (args.kind == OpKind::Broadcast && (args.root < 0 || args.root >= config_.size)) {
+    return invalid("root " + std::to_string(args.root) + " is not a rank of this " +
+                   std::to_string(config_.size) + "-peer job");
+  }
+  std::string topology = !args.topology.empty() ? args.topology : config_.topology;
+  if (topology.empty()) topology = select_strategy(args.count * elem, default_selection());
+  uint8_t id = strategy_id(topology);
+  if (id == 0) return invalid("unknown topology '" + topology + "'");
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (closing_) return Status{Code::Finalized, "peer is finalized or aborted"};
+  }
+  auto version = names_.reserve(args.name, args.version);
+  if (!version.is_ok()) return version.status();
+
+  PostedOp op;
+  op.name = args.name;
+  op.version = version.value();
+  op.timeout_ms = static_cast<uint64_t>(args.timeout_ms > 0 ? args.timeout_ms : config_.timeout_ms);
+  op.spec.kind = args.kind;
+  op.spec.dtype = args.dtype;
+  op.spec.redop = args.redop;
+  op.spec.count = args.count;
+  op.spec.root = args.root;
+  op.spec.send = args.send;
+  op.spec.recv = args.recv;
+  op.spec.rank = config_.rank;
+  op.spec.size = config_.size;
+  op.spec.strategy = strategies_.get(id);
+  op.spec.strategy_id = id;
+  // A chunk plus rounding must fit one frame.
+  op.spec.chunk_bytes = std::min<uint64_t>(config_.chunk_bytes, config_.max_payload - 8);
+  auto request = std::make_shared<RequestState>(op.version, std::move(args.callback));
+  op.request = request;
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (!loop_closed_) {
+      inbox_.push_back([this, op = std::move(op)]() mutable { engine_->start(std::move(op)); });
+      queued = true;
+    }
+  }
+  if (!queued) {
+    names_.release(args.name, version.value());
+    return Status{Code::Finalized, "peer is finalized or aborted"};
+  }
+  uv_async_send(&wake_);
+  return request;
+}
+
+Status Peer::finalize() {
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (closing_) {
+      if (!thread_.joinable() || joined_) return sticky_;
+    }
+    closing_ = true;
+  }
+  if (thread_.joinable()) {
+    run_on_loop([this] { begin_close(true); });
+    stop_thread();
+  }
+  return async_error();
+}
+
+void Peer::abort() {
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    closing_ = true;
+    if (sticky_.is_ok()) sticky_ = {Code::Aborted, "peer aborted"};
+  }
+  run_on_loop([this] { begin_close(false); });
+}
+
+void Peer::stop_thread() {
+  if (thread_.get_id() == std::this_thread::get_id()) return;  // from a callback: no self-join
+  if (thread_.joinable()) thread_.join();
+  joined_ = true;
+}
+
+Status Peer::async_error() const {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return sticky_;
+}
+
+void Peer::set_error(const Status& s) {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  if (sticky_.is_ok()) sticky_ = s;
+}
+
+void Peer::begin_close(bool graceful) {
+  if (!graceful) {
+    engine_->fail_all({Code::Aborted, "peer aborted"});
+    close_links(false);
+    return;
+  }
+  if (finalizing_ || closing_links_) return;
+  finalizing_ = true;
+  close_deadline_ = uv_now(&loop_) + static_cast<uint64_t>(config_.timeout_ms);
+  on_tick();
+}
+
+void Peer::on_tick() {
+  engine_->tick();
+  if (finalizing_ && (engine_->idle() || uv_now(&loop_) >= close_deadline_)) {
+    finalizing_ = false;
+    engine_->fail_all({Code::Finalized, "finalize: op still in flight at the deadline"});
+    close_links(true);
+  } else if (closing_links_ && uv_now(&loop_) >= close_deadline_) {
+    transport_->close_now([this] { on_links_closed(); });
+  }
+}
+
+void Peer::close_links(bool graceful) {
+  if (closing_links_ && graceful) return;
+  finalizing_ = false;
+  closing_links_ = true;
+  close_deadline_ = uv_now(&loop_) + kCloseGraceMs;
+  if (graceful) {
+    transport_->shutdown([this] { on_links_closed(); });
+  } else {
+    transport_->close_now([this] { on_links_closed(); });
+  }
+}
+
+void Peer::on_links_closed() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    loop_closed_ = true;
+  }
+  // Ops posted just before the close still complete (with an error), never vanish.
+  drain_inbox();
+  uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&wake_), nullptr);
+}
+
+}  // namespace taiji

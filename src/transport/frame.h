@@ -24,9 +24,10 @@ enum class MsgType : uint8_t {
   Hello = 1,   // first frame on a connection: name = job id, src_rank, cluster_version
   Ready = 2,   // receiver posted (name, op_version): bulk data may flow to it
   Data = 3,    // one chunk of one stage of one op
-  Abort = 4,   // the op failed on the sender (payload: UTF-8 reason); stage = status code
+  Abort = 4,   // the op failed on the sender (payload: UTF-8 reason); chunk = -status
+  Bye = 5,     // the sender finalized: nothing more comes on this connection
 };
-constexpr uint8_t kMaxMsgType = 4;
+constexpr uint8_t kMaxMsgType = 5;
 
 enum class OpKind : uint8_t { None = 0, Allreduce = 1, Broadcast = 2, Barrier = 3 };
 constexpr uint8_t kMaxOpKind = 3;

@@ -1,1 +1,604 @@
-// placeholder
+#include "transport/tcp_transport.h"
+
+#include <netdb.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "monitor/log.h"
+
+namespace taiji {
+
+namespace {
+
+constexpr size_t kScratchBytes = 256 << 10;
+// Payload reads at least this large go straight into their destination.
+constexpr uint64_t kDirectReadMin = 4096;
+constexpr uint64_t kConnectRetryMs = 50;
+
+uint64_t now_ms(uv_loop_t* loop) { return uv_now(loop); }
+
+Status uv_error(const std::string& what, int err) {
+  return {Code::Io, what + ": " + uv_strerror(err)};
+}
+
+// Resolves host (literal or name) and port into a sockaddr.
+Status resolve(const std::string& host, uint16_t port, sockaddr_storage* out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return {Code::Bootstrap, "cannot resolve '" + host + "': " + gai_strerror(rc)};
+  }
+  std::memcpy(out, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  return {};
+}
+
+Status split_address(const std::string& addr, std::string* host, uint16_t* port) {
+  auto colon = addr.rfind(':');
+  if (colon == std::string::npos) return {Code::Bootstrap, "bad peer address '" + addr + "'"};
+  *host = addr.substr(0, colon);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  try {
+    unsigned long p = std::stoul(addr.substr(colon + 1));
+    if (p == 0 || p > 65535) throw std::out_of_range("port");
+    *port = static_cast<uint16_t>(p);
+  } catch (const std::exception&) {
+    return {Code::Bootstrap, "bad port in peer address '" + addr + "'"};
+  }
+  return {};
+}
+
+struct WriteReq {
+  uv_write_t req{};
+  uint8_t header[kHeaderSize];
+  std::string name;
+  std::vector<uint8_t> owned;
+  std::function<void(const Status&)> on_sent;
+};
+
+}  // namespace
+
+struct TcpTransport::Conn {
+  enum class State { Header, Name, Payload };
+
+  TcpTransport* owner = nullptr;
+  uv_tcp_t tcp{};
+  uv_connect_t connect_req{};
+  int rank = -1;          // known once the peer's Hello arrived (dialled: expected rank)
+  int dial_rank = -1;     // the rank this side dialled, -1 for accepted connections
+  bool identified = false;
+  bool reading = false;
+  bool paused = false;
+  bool closing = false;
+  bool got_bye = false;
+  bool draining = false;  // graceful shutdown: closes itself once queued writes are out
+
+  State state = State::Header;
+  uint8_t hdr[kHeaderSize];
+  size_t hdr_have = 0;
+  FrameHeader h;
+  std::string name;
+  uint8_t* target = nullptr;
+  uint64_t payload_have = 0;
+  bool direct = false;
+
+  std::vector<uint8_t> buf = std::vector<uint8_t>(kScratchBytes);
+  size_t begin = 0;
+  size_t end = 0;
+
+  uv_stream_t* stream() { return reinterpret_cast<uv_stream_t*>(&tcp); }
+
+  void start_reading();
+  void process();
+  Status consume_header();
+  Status name_complete();
+  void frame_complete();
+};
+
+namespace {
+
+void on_alloc(uv_handle_t* handle, size_t, uv_buf_t* out) {
+  auto* c = static_cast<TcpTransport::Conn*>(handle->data);
+  uint64_t remaining = c->h.payload_len - c->payload_have;
+  if (c->state == TcpTransport::Conn::State::Payload && c->target != nullptr &&
+      c->begin == c->end && remaining >= kDirectReadMin) {
+    c->direct = true;
+    *out = uv_buf_init(reinterpret_cast<char*>(c->target + c->payload_have),
+                       static_cast<unsigned>(std::min<uint64_t>(remaining, 1u << 30)));
+    return;
+  }
+  c->direct = false;
+  if (c->begin == c->end) c->begin = c->end = 0;
+  if (c->buf.size() - c->end < kScratchBytes / 4) {
+    std::memmove(c->buf.data(), c->buf.data() + c->begin, c->end - c->begin);
+    c->end -= c->begin;
+    c->begin = 0;
+  }
+  *out = uv_buf_init(reinterpret_cast<char*>(c->buf.data() + c->end),
+                     static_cast<unsigned>(c->buf.size() - c->end));
+}
+
+void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
+  auto* c = static_cast<TcpTransport::Conn*>(stream->data);
+  if (nread < 0) {
+    std::string why = nread == UV_EOF ? "connection closed by peer" : uv_strerror(static_cast<int>(nread));
+    c->owner->conn_failed(c, {Code::PeerLost, why});
+    return;
+  }
+  if (nread == 0) return;
+  if (c->direct) {
+    c->payload_have += static_cast<uint64_t>(nread);
+    if (c->payload_have == c->h.payload_len) c->frame_complete();
+    return;
+  }
+  c->end += static_cast<size_t>(nread);
+  c->process();
+}
+
+void on_close(uv_handle_t* handle) {
+  auto* c = static_cast<TcpTransport::Conn*>(handle->data);
+  c->owner->conn_closed(c);
+}
+
+}  // namespace
+
+void TcpTransport::Conn::start_reading() {
+  if (reading || paused || closing) return;
+  reading = uv_read_start(stream(), on_alloc, on_read) == 0;
+}
+
+void TcpTransport::Conn::process() {
+  while (begin < end && !paused && !closing) {
+    size_t avail = end - begin;
+    uint8_t* p = buf.data() + begin;
+    switch (state) {
+      case State::Header: {
+        size_t n = std::min(avail, kHeaderSize - hdr_have);
+        std::memcpy(hdr + hdr_have, p, n);
+        hdr_have += n;
+        begin += n;
+        if (hdr_have == kHeaderSize) {
+          Status s = consume_header();
+          if (!s.is_ok()) return owner->conn_failed(this, s);
+        }
+        break;
+      }
+      case State::Name: {
+        size_t n = std::min<size_t>(avail, h.name_len - name.size());
+        name.append(reinterpret_cast<const char*>(p), n);
+        begin += n;
+        if (name.size() == h.name_len) {
+          Status s = name_complete();
+          if (!s.is_ok()) return owner->conn_failed(this, s);
+        }
+        break;
+      }
+      case State::Payload: {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(avail, h.payload_len - payload_have));
+        if (target != nullptr) std::memcpy(target + payload_have, p, n);
+        payload_have += n;
+        begin += n;
+        if (payload_have == h.payload_len) frame_complete();
+        break;
+      }
+    }
+  }
+}
+
+Status TcpTransport::Conn::consume_header() {
+  hdr_have = 0;
+  FrameLimits limits = owner->opt_.limits;
+  limits.world_size = static_cast<uint32_t>(owner->opt_.size);
+  limits.cluster_version = owner->opt_.cluster_version;
+  Status s = decode_header(hdr, limits, &h);
+  if (!s.is_ok()) return s;
+  name.clear();
+  state = State::Name;
+  if (h.name_len == 0) return name_complete();
+  return {};
+}
+
+Status TcpTransport::Conn::name_complete() {
+  target = nullptr;
+  payload_have = 0;
+  state = State::Payload;
+  if (!identified) {
+    if (h.type != MsgType::Hello) return {Code::Protocol, "first frame is not a Hello"};
+    owner->on_hello(this, h, name);
+    if (closing) return {};
+  } else if (h.type == MsgType::Hello) {
+    return {Code::Protocol, "second Hello on an open connection"};
+  } else if (h.type == MsgType::Bye) {
+    got_bye = true;
+  } else if (static_cast<int>(h.src_rank) != rank) {
+    return {Code::Protocol, "frame claims rank " + std::to_string(h.src_rank) +
+                                " on the connection of rank " + std::to_string(rank)};
+  } else {
+    Status s = owner->handler_->accept_frame(rank, h, name, &target);
+    if (!s.is_ok()) return s;
+  }
+  if (h.payload_len == 0) frame_complete();
+  return {};
+}
+
+void TcpTransport::Conn::frame_complete() {
+  state = State::Header;
+  if (identified && h.type != MsgType::Hello && h.type != MsgType::Bye && !closing) {
+    owner->handler_->frame_done(rank, h, name);
+  }
+}
+
+TcpTransport::TcpTransport(uv_loop_t* loop, TcpOptions options, ReceiveHandler* handler)
+    : loop_(loop), opt_(std::move(options)), handler_(handler), by_rank_(opt_.size, nullptr) {
+  uv_timer_init(loop_, &connect_timer_);
+  connect_timer_.data = this;
+  uv_idle_init(loop_, &idle_);
+  idle_.data = this;
+  open_handles_ = 2;
+}
+
+TcpTransport::~TcpTransport() = default;
+
+Result<std::string> TcpTransport::listen() {
+  sockaddr_storage addr{};
+  Status s = resolve(opt_.listen_host, 0, &addr);
+  if (!s.is_ok()) return s;
+  uv_tcp_init(loop_, &listener_);
+  listener_.data = this;
+  listening_ = true;
+  open_handles_++;
+  int rc = uv_tcp_bind(&listener_, reinterpret_cast<const sockaddr*>(&addr), 0);
+  if (rc == 0) {
+    rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 128, [](uv_stream_t* server, int status) {
+      if (status == 0) static_cast<TcpTransport*>(server->data)->on_accept();
+    });
+  }
+  if (rc != 0) return uv_error("cannot listen on " + opt_.listen_host, rc);
+  sockaddr_storage bound{};
+  int len = sizeof(bound);
+  uv_tcp_getsockname(&listener_, reinterpret_cast<sockaddr*>(&bound), &len);
+  uint16_t port = ntohs(bound.ss_family == AF_INET6
+                            ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  bool v6 = opt_.listen_host.find(':') != std::string::npos;
+  return (v6 ? "[" + opt_.listen_host + "]" : opt_.listen_host) + ":" + std::to_string(port);
+}
+
+void TcpTransport::connect_all(std::vector<std::string> addresses, uint64_t timeout_ms,
+                               std::function<void(const Status&)> on_ready) {
+  addresses_ = std::move(addresses);
+  on_ready_ = std::move(on_ready);
+  connect_deadline_ = now_ms(loop_) + timeout_ms;
+  for (int r = 0; r < opt_.rank; ++r) start_connect(r);
+  uv_timer_start(&connect_timer_, [](uv_timer_t* t) {
+    auto* self = static_cast<TcpTransport*>(t->data);
+    if (!self->on_ready_) return;
+    std::string missing;
+    for (int r = 0; r < self->opt_.size; ++r) {
+      if (r != self->opt_.rank && self->by_rank_[r] == nullptr) missing += " " + std::to_string(r);
+    }
+    self->finish_ready({Code::Timeout, "connection set-up timed out; no link to rank(s):" + missing});
+  }, timeout_ms, 0);
+  check_ready();
+}
+
+void TcpTransport::start_connect(int rank) {
+  std::string host;
+  uint16_t port = 0;
+  sockaddr_storage addr{};
+  Status s = split_address(addresses_[rank], &host, &port);
+  if (s.is_ok()) s = resolve(host, port, &addr);
+  if (!s.is_ok()) return finish_ready(s);
+  auto* c = new Conn();
+  c->owner = this;
+  c->dial_rank = rank;
+  uv_tcp_init(loop_, &c->tcp);
+  c->tcp.data = c;
+  c->connect_req.data = c;
+  conns_.insert(c);
+  open_handles_++;
+  int rc = uv_tcp_connect(&c->connect_req, &c->tcp, reinterpret_cast<const sockaddr*>(&addr),
+                          [](uv_connect_t* req, int status) {
+                            auto* conn = static_cast<Conn*>(req->data);
+                            conn->owner->on_connected(conn, status);
+                          });
+  if (rc != 0) on_connected(c, rc);
+}
+
+void TcpTransport::on_connected(Conn* c, int status) {
+  if (c->closing) return;
+  if (status != 0) {
+    int rank = c->dial_rank;
+    c->closing = true;
+    uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+    // The peer may not be listening yet (a restarted process); retry until the deadline.
+    if (stopping_ || !on_ready_) return;
+    if (now_ms(loop_) + kConnectRetryMs >= connect_deadline_) {
+      return finish_ready(uv_error("cannot connect to rank " + std::to_string(rank) + " at " +
+                                       addresses_[rank], status));
+    }
+    auto* timer = new uv_timer_t;
+    uv_timer_init(loop_, timer);
+    open_handles_++;
+    struct Retry { TcpTransport* self; int rank; };
+    timer->data = new Retry{this, rank};
+    uv_timer_start(timer, [](uv_timer_t* t) {
+      auto* retry = static_cast<Retry*>(t->data);
+      if (!retry->self->stopping_) retry->self->start_connect(retry->rank);
+      uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) {
+        auto* r = static_cast<Retry*>(h->data);
+        r->self->open_handles_--;
+        r->self->maybe_closed();
+        delete r;
+        delete reinterpret_cast<uv_timer_t*>(h);
+      });
+    }, kConnectRetryMs, 0);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  OutMessage hello;
+  hello.header.type = MsgType::Hello;
+  hello.name = opt_.job_id;
+  c->rank = c->dial_rank;
+  c->start_reading();
+  // The Hello goes out before the link is registered, so send() cannot be used.
+  auto* w = new WriteReq();
+  hello.header.src_rank = static_cast<uint32_t>(opt_.rank);
+  hello.header.cluster_version = opt_.cluster_version;
+  hello.header.name_len = static_cast<uint16_t>(hello.name.size());
+  encode_header(hello.header, w->header);
+  w->name = hello.name;
+  uv_buf_t bufs[2] = {uv_buf_init(reinterpret_cast<char*>(w->header), kHeaderSize),
+                      uv_buf_init(w->name.data(), static_cast<unsigned>(w->name.size()))};
+  w->req.data = w;
+  uv_write(&w->req, c->stream(), bufs, 2, [](uv_write_t* req, int) {
+    delete static_cast<WriteReq*>(req->data);
+  });
+}
+
+void TcpTransport::on_accept() {
+  auto* c = new Conn();
+  c->owner = this;
+  uv_tcp_init(loop_, &c->tcp);
+  c->tcp.data = c;
+  conns_.insert(c);
+  open_handles_++;
+  if (uv_accept(reinterpret_cast<uv_stream_t*>(&listener_), c->stream()) != 0 || stopping_) {
+    c->closing = true;
+    uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  c->start_reading();
+}
+
+void TcpTransport::on_hello(Conn* c, const FrameHeader& h, const std::string& name) {
+  int src = static_cast<int>(h.src_rank);
+  std::string who = "Hello from rank " + std::to_string(src);
+  Status bad;
+  if (name != opt_.job_id) {
+    bad = {Code::Protocol, who + " names job '" + name + "', this is job '" + opt_.job_id + "'"};
+  } else if (c->dial_rank >= 0 && src != c->dial_rank) {
+    bad = {Code::Protocol, who + " on the connection dialled to rank " + std::to_string(c->dial_rank)};
+  } else if (c->dial_rank < 0 && src <= opt_.rank) {
+    bad = {Code::Protocol, who + ": only higher ranks dial this peer"};
+  } else if (by_rank_[src] != nullptr) {
+    bad = {Code::Protocol, who + ": rank already connected"};
+  }
+  if (!bad.is_ok()) return conn_failed(c, bad);
+  c->rank = src;
+  c->identified = true;
+  by_rank_[src] = c;
+  if (c->dial_rank < 0) {
+    OutMessage hello;
+    hello.header.type = MsgType::Hello;
+    hello.name = opt_.job_id;
+    send(src, std::move(hello));
+  }
+  check_ready();
+}
+
+void TcpTransport::check_ready() {
+  if (!on_ready_) return;
+  for (int r = 0; r < opt_.size; ++r) {
+    if (r != opt_.rank && by_rank_[r] == nullptr) return;
+  }
+  finish_ready({});
+}
+
+void TcpTransport::finish_ready(const Status& s) {
+  if (!on_ready_) return;
+  auto cb = std::move(on_ready_);
+  on_ready_ = nullptr;
+  uv_timer_stop(&connect_timer_);
+  defer([cb, s] { cb(s); });
+}
+
+void TcpTransport::send(int dst, OutMessage msg) {
+  Conn* c = (dst >= 0 && dst < opt_.size) ? by_rank_[dst] : nullptr;
+  if (c == nullptr || c->closing) {
+    auto cb = std::move(msg.on_sent);
+    if (cb) defer([cb, dst] { cb({Code::PeerLost, "no connection to rank " + std::to_string(dst)}); });
+    return;
+  }
+  auto* w = new WriteReq();
+  w->name = std::move(msg.name);
+  w->owned = std::move(msg.owned);
+  w->on_sent = std::move(msg.on_sent);
+  const uint8_t* payload = w->owned.empty() ? msg.payload : w->owned.data();
+  size_t len = w->owned.empty() ? msg.payload_len : w->owned.size();
+  msg.header.src_rank = static_cast<uint32_t>(opt_.rank);
+  msg.header.cluster_version = opt_.cluster_version;
+  msg.header.name_len = static_cast<uint16_t>(w->name.size());
+  msg.header.payload_len = len;
+  encode_header(msg.header, w->header);
+  uv_buf_t bufs[3] = {
+      uv_buf_init(reinterpret_cast<char*>(w->header), kHeaderSize),
+      uv_buf_init(w->name.data(), static_cast<unsigned>(w->name.size())),
+      uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(payload)), static_cast<unsigned>(len))};
+  w->req.data = w;
+  int rc = uv_write(&w->req, c->stream(), bufs, len > 0 ? 3 : 2, [](uv_write_t* req, int status) {
+    auto* wr = static_cast<WriteReq*>(req->data);
+    if (wr->on_sent) {
+      wr->on_sent(status == 0 ? Status{} : uv_error("write failed", status));
+    }
+    delete wr;
+  });
+  if (rc != 0) {
+    auto cb = std::move(w->on_sent);
+    delete w;
+    if (cb) defer([cb, rc] { cb(uv_error("write failed", rc)); });
+    conn_failed(c, uv_error("write failed", rc));
+  }
+}
+
+void TcpTransport::pause_reading(int src) {
+  Conn* c = by_rank_[src];
+  if (c == nullptr || c->paused) return;
+  c->paused = true;
+  if (c->reading) uv_read_stop(c->stream());
+  c->reading = false;
+}
+
+void TcpTransport::resume_reading(int src) {
+  Conn* c = by_rank_[src];
+  if (c == nullptr || !c->paused) return;
+  c->paused = false;
+  // Bytes already buffered are parsed from the loop, not from inside the caller's handler.
+  defer([this, src] {
+    Conn* conn = by_rank_[src];
+    if (conn == nullptr || conn->paused || conn->closing) return;
+    conn->process();
+    if (!conn->paused && !conn->closing) conn->start_reading();
+  });
+}
+
+void TcpTransport::drop(int rank, const Status& why) {
+  Conn* c = (rank >= 0 && rank < opt_.size) ? by_rank_[rank] : nullptr;
+  if (c != nullptr) conn_failed(c, why);
+}
+
+void TcpTransport::conn_failed(Conn* c, const Status& why) {
+  if (c->closing) return;
+  c->closing = true;
+  if (c->reading) uv_read_stop(c->stream());
+  int rank = c->identified ? c->rank : -1;
+  if (rank >= 0 && by_rank_[rank] == c) by_rank_[rank] = nullptr;
+  uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+  if (stopping_) return;
+  if (rank < 0) {
+    log().warn("dropping unidentified connection: {}", why.message());
+    if (c->dial_rank >= 0 && on_ready_) {
+      finish_ready({Code::Bootstrap, "connection to rank " + std::to_string(c->dial_rank) +
+                                         " failed: " + why.message()});
+    }
+    return;
+  }
+  bool graceful = c->got_bye;
+  if (!graceful) log().error("link to rank {} lost: {}", rank, why.message());
+  if (on_ready_) finish_ready({Code::Bootstrap, "link to rank " + std::to_string(rank) + " lost during set-up: " + why.message()});
+  handler_->link_down(rank, graceful, why);
+}
+
+void TcpTransport::conn_closed(Conn* c) {
+  conns_.erase(c);
+  delete c;
+  open_handles_--;
+  maybe_closed();
+}
+
+void TcpTransport::defer(std::function<void()> fn) {
+  if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&idle_))) return fn();
+  if (deferred_.empty() && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&idle_))) {
+    uv_idle_start(&idle_, [](uv_idle_t* h) { static_cast<TcpTransport*>(h->data)->run_deferred(); });
+  }
+  deferred_.push_back(std::move(fn));
+}
+
+void TcpTransport::run_deferred() {
+  auto work = std::move(deferred_);
+  deferred_.clear();
+  uv_idle_stop(&idle_);
+  for (auto& fn : work) fn();
+}
+
+void TcpTransport::shutdown(std::function<void()> on_closed) {
+  if (stopping_) return;
+  stopping_ = true;
+  on_closed_ = std::move(on_closed);
+  for (Conn* c : std::vector<Conn*>(conns_.begin(), conns_.end())) {
+    if (c->closing) continue;
+    if (!c->identified) {
+      c->closing = true;
+      uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+      continue;
+    }
+    OutMessage bye;
+    bye.header.type = MsgType::Bye;
+    bye.name = opt_.job_id;
+    send(c->rank, std::move(bye));
+    // Queued writes drain first, then the write side closes; the peer sees Bye, then EOF.
+    auto* req = new uv_shutdown_t;
+    req->data = c;
+    c->draining = true;
+    if (uv_shutdown(req, c->stream(), [](uv_shutdown_t* r, int) {
+          auto* conn = static_cast<Conn*>(r->data);
+          delete r;
+          if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&conn->tcp))) {
+            conn->closing = true;
+            uv_close(reinterpret_cast<uv_handle_t*>(&conn->tcp), on_close);
+          }
+        }) != 0) {
+      delete req;
+      c->closing = true;
+      uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+    }
+  }
+  close_now(nullptr);
+}
+
+void TcpTransport::close_now(std::function<void()> on_closed) {
+  stopping_ = true;
+  if (on_closed) on_closed_ = std::move(on_closed);
+  on_ready_ = nullptr;
+  for (Conn* c : std::vector<Conn*>(conns_.begin(), conns_.end())) {
+    // Connections in a graceful shutdown close themselves once their writes drain;
+    // close_now with a callback means "do not wait for that".
+    if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&c->tcp))) continue;
+    if (c->draining && !on_closed) continue;
+    c->closing = true;
+    uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+  }
+  auto close_member = [this](uv_handle_t* h) {
+    if (uv_is_closing(h)) return;
+    uv_close(h, [](uv_handle_t* handle) {
+      auto* self = static_cast<TcpTransport*>(handle->data);
+      self->open_handles_--;
+      self->maybe_closed();
+    });
+  };
+  if (listening_) close_member(reinterpret_cast<uv_handle_t*>(&listener_));
+  close_member(reinterpret_cast<uv_handle_t*>(&connect_timer_));
+  if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&idle_))) {
+    // Work deferred before the stop (failed-send notices) still runs.
+    run_deferred();
+    close_member(reinterpret_cast<uv_handle_t*>(&idle_));
+  }
+}
+
+void TcpTransport::maybe_closed() {
+  if (stopping_ && open_handles_ == 0 && on_closed_) {
+    auto cb = std::move(on_closed_);
+    on_closed_ = nullptr;
+    cb();
+  }
+}
+
+}  // namespace taiji

@@ -1,0 +1,464 @@
+#include "runtime/op_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "monitor/log.h"
+
+namespace taiji {
+
+namespace {
+
+// A failed op whose buffers are still in the transport's hands after this long has its
+// links dropped, so the caller's request can complete and release the buffers.
+constexpr uint64_t kStuckFailureMs = 1000;
+constexpr uint64_t kMaxAbortReason = 4096;
+
+std::string kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::Allreduce: return "allreduce";
+    case OpKind::Broadcast: return "broadcast";
+    case OpKind::Barrier: return "barrier";
+    case OpKind::None: break;
+  }
+  return "op";
+}
+
+std::string op_title(OpKind kind, const std::string& name, uint64_t version) {
+  return kind_name(kind) + " '" + name + "' version " + std::to_string(version);
+}
+
+std::string describe(OpKind kind, uint64_t count, uint8_t dtype, uint8_t redop, uint32_t root,
+                     uint8_t strategy) {
+  std::string s = kind_name(kind);
+  if (kind != OpKind::Barrier) {
+    s += " count " + std::to_string(count) + " " +
+         std::string(valid_dtype(dtype) ? dtype_name(static_cast<DType>(dtype)) : "dtype?");
+  }
+  if (kind == OpKind::Allreduce) {
+    s += " " + std::string(valid_redop(redop) ? redop_name(static_cast<RedOp>(redop)) : "op?");
+  }
+  if (kind == OpKind::Broadcast) s += " root " + std::to_string(root);
+  return s + " strategy " + std::to_string(strategy);
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : " ") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+struct OpEngine::Active {
+  Key key;
+  std::unique_ptr<CollectiveOp> op;
+  std::shared_ptr<RequestState> request;
+  uint64_t timeout_ms = 0;
+  uint64_t deadline = 0;
+  std::vector<bool> ready_from;
+  std::vector<std::vector<ChunkSend>> held;  // per destination, until its Ready arrives
+  std::vector<int> writes_to;                // per destination, writes not yet completed
+  int writes = 0;
+  int receiving = 0;                         // payloads being read into this op's buffers
+  bool failed = false;
+  bool finished = false;
+  Status failure;
+  uint64_t failed_at = 0;
+
+  OpKind kind() const { return op->spec().kind; }
+  std::string title() const { return op_title(kind(), key.first, key.second); }
+};
+
+OpEngine::OpEngine(uv_loop_t* loop, EngineOptions options, NameTable* names)
+    : loop_(loop),
+      opt_(options),
+      names_(names),
+      rx_early_(options.size, nullptr),
+      rx_abort_(options.size),
+      departed_(options.size, false),
+      rx_op_(options.size, nullptr) {}
+
+OpEngine::~OpEngine() = default;
+
+FrameHeader OpEngine::header_for(const Active& op, MsgType type) const {
+  const CollectiveSpec& s = op.op->spec();
+  FrameHeader h;
+  h.type = type;
+  h.op_kind = s.kind;
+  h.dtype = static_cast<uint8_t>(s.dtype);
+  h.redop = static_cast<uint8_t>(s.redop);
+  h.root = static_cast<uint32_t>(s.root);
+  h.op_version = op.key.second;
+  h.count = s.count;
+  h.strategy = s.strategy_id;
+  return h;
+}
+
+void OpEngine::start(PostedOp posted) {
+  auto op = std::make_unique<Active>();
+  op->key = {posted.name, posted.version};
+  op->request = std::move(posted.request);
+  op->timeout_ms = posted.timeout_ms;
+  op->deadline = uv_now(loop_) + posted.timeout_ms;
+  op->ready_from.assign(opt_.size, false);
+  op->held.resize(opt_.size);
+  op->writes_to.assign(opt_.size, 0);
+  op->op = std::make_unique<CollectiveOp>(std::move(posted.spec));
+  Active& ref = *op;
+  ops_[ref.key] = std::move(op);
+  begin(ref);
+  maybe_finish(ref);
+}
+
+void OpEngine::begin(Active& op) {
+  if (!closed_.is_ok()) return fail(op, closed_);
+  for (int r = 0; r < opt_.size; ++r) {
+    if (departed_[r]) {
+      return fail(op, {Code::PeerLost, op.title() + ": rank " + std::to_string(r) + " has finalized"});
+    }
+  }
+  auto early_it = early_.find(op.key);
+  if (early_it != early_.end() && !early_it->second.abort.is_ok()) {
+    return fail(op, early_it->second.abort);
+  }
+  for (int src : op.op->sources()) {
+    OutMessage m;
+    m.header = header_for(op, MsgType::Ready);
+    m.name = op.key.first;
+    transport_->send(src, std::move(m));
+  }
+  std::vector<ChunkSend> sends;
+  op.op->start(&sends);
+  if (early_it == early_.end()) return dispatch(op, sends);
+  Early& e = early_it->second;
+  for (const FrameHeader& h : e.readies) on_ready(op, h);
+  e.readies.clear();
+  std::vector<std::unique_ptr<EarlyData>> still_arriving;
+  std::vector<std::unique_ptr<EarlyData>> arrived;
+  for (auto& d : e.data) (d->complete ? arrived : still_arriving).push_back(std::move(d));
+  e.data = std::move(still_arriving);
+  if (e.data.empty()) early_.erase(early_it);
+  dispatch(op, sends);
+  for (auto& d : arrived) {
+    release_early_bytes(d->payload.size());
+    if (!op.failed) deliver(op, static_cast<int>(d->header.src_rank), d->header, d->payload.data());
+  }
+}
+
+void OpEngine::dispatch(Active& op, std::vector<ChunkSend>& sends) {
+  for (const ChunkSend& s : sends) {
+    if (op.failed) return;
+    if (s.bytes <= opt_.eager_bytes || op.ready_from[s.dst]) {
+      send_chunk(op, s);
+    } else {
+      op.held[s.dst].push_back(s);
+    }
+  }
+}
+
+void OpEngine::send_chunk(Active& op, const ChunkSend& s) {
+  OutMessage m;
+  m.header = header_for(op, MsgType::Data);
+  m.header.chunk = s.chunk;
+  m.header.stage = static_cast<uint8_t>(s.stage);
+  m.header.offset = s.offset;
+  m.name = op.key.first;
+  m.payload = s.data;
+  m.payload_len = s.bytes;
+  Active* p = &op;
+  int dst = s.dst;
+  op.writes++;
+  op.writes_to[dst]++;
+  m.on_sent = [this, p, dst](const Status& st) {
+    p->writes--;
+    p->writes_to[dst]--;
+    if (!st.is_ok()) {
+      fail(*p, {Code::PeerLost, p->title() + ": send to rank " + std::to_string(dst) +
+                                    " failed: " + st.message()});
+    }
+    maybe_finish(*p);
+  };
+  transport_->send(dst, std::move(m));
+}
+
+Status OpEngine::check_match(const Active& op, const FrameHeader& h) const {
+  const CollectiveSpec& s = op.op->spec();
+  bool same = h.op_kind == s.kind && h.count == s.count && h.strategy == s.strategy_id;
+  if (s.kind != OpKind::Barrier) same = same && h.dtype == static_cast<uint8_t>(s.dtype);
+  if (s.kind == OpKind::Allreduce) same = same && h.redop == static_cast<uint8_t>(s.redop);
+  if (s.kind == OpKind::Broadcast) same = same && h.root == static_cast<uint32_t>(s.root);
+  if (same) return {};
+  return {Code::Mismatch,
+          "'" + op.key.first + "' version " + std::to_string(op.key.second) + ": rank " +
+              std::to_string(h.src_rank) + " posted " +
+              describe(h.op_kind, h.count, h.dtype, h.redop, h.root, h.strategy) +
+              ", rank " + std::to_string(opt_.rank) + " posted " +
+              describe(s.kind, s.count, static_cast<uint8_t>(s.dtype),
+                       static_cast<uint8_t>(s.redop), static_cast<uint32_t>(s.root),
+                       s.strategy_id)};
+}
+
+void OpEngine::mismatch(Active& op, const Status& why) {
+  log().error("{}", why.message());
+  for (int r = 0; r < opt_.size; ++r) {
+    if (r == opt_.rank || departed_[r]) continue;
+    OutMessage m;
+    m.header = header_for(op, MsgType::Abort);
+    m.header.chunk = static_cast<uint32_t>(-static_cast<int32_t>(why.code()));
+    m.name = op.key.first;
+    std::string reason = why.message().substr(0, kMaxAbortReason);
+    m.owned.assign(reason.begin(), reason.end());
+    transport_->send(r, std::move(m));
+  }
+  fail(op, why);
+}
+
+void OpEngine::on_ready(Active& op, const FrameHeader& h) {
+  Status m = check_match(op, h);
+  if (!m.is_ok()) return mismatch(op, m);
+  int src = static_cast<int>(h.src_rank);
+  op.ready_from[src] = true;
+  auto held = std::move(op.held[src]);
+  op.held[src].clear();
+  for (const ChunkSend& s : held) send_chunk(op, s);
+}
+
+void OpEngine::deliver(Active& op, int src, const FrameHeader& h, const uint8_t* copy_from) {
+  if (copy_from != nullptr) {
+    Status m = check_match(op, h);
+    if (!m.is_ok()) return mismatch(op, m);
+    uint8_t* target = nullptr;
+    Status s = op.op->target(src, h.chunk, static_cast<Stage>(h.stage), h.offset, h.payload_len, &target);
+    if (!s.is_ok()) return fail(op, {Code::Protocol, op.title() + ": " + s.message()});
+    if (h.payload_len > 0) std::memcpy(target, copy_from, h.payload_len);
+  }
+  std::vector<ChunkSend> sends;
+  op.op->delivered(src, h.chunk, static_cast<Stage>(h.stage), &sends);
+  dispatch(op, sends);
+}
+
+void OpEngine::fail(Active& op, const Status& why) {
+  if (op.failed || op.finished) return;
+  op.failed = true;
+  op.failure = why;
+  op.failed_at = uv_now(loop_);
+  for (auto& h : op.held) h.clear();
+}
+
+void OpEngine::maybe_finish(Active& op) {
+  if (op.finished || !(op.failed || op.op->done()) || op.writes > 0 || op.receiving > 0) return;
+  op.finished = true;
+  auto it = ops_.find(op.key);
+  std::unique_ptr<Active> owned = std::move(it->second);
+  ops_.erase(it);
+  names_->release(owned->key.first, owned->key.second);
+  owned->request->complete(owned->failed ? owned->failure : Status{});
+}
+
+void OpEngine::release_early_bytes(uint64_t bytes) {
+  early_bytes_ -= bytes;
+  if (early_bytes_ > opt_.unexpected_bytes || paused_.empty()) return;
+  for (int src : paused_) transport_->resume_reading(src);
+  paused_.clear();
+}
+
+Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& name,
+                              uint8_t** target) {
+  *target = nullptr;
+  Key key{name, h.op_version};
+  if (h.type == MsgType::Ready) {
+    if (h.payload_len != 0) return {Code::Protocol, "Ready frame with a payload"};
+    return {};
+  }
+  if (h.type == MsgType::Abort) {
+    if (h.payload_len > kMaxAbortReason) return {Code::Protocol, "Abort reason too long"};
+    rx_abort_[src].resize(h.payload_len);
+    *target = rx_abort_[src].data();
+    return {};
+  }
+  if (h.type != MsgType::Data) return {Code::Protocol, "unexpected frame type"};
+  auto it = ops_.find(key);
+  if (it != ops_.end()) {
+    Active& op = *it->second;
+    if (op.failed) return {};
+    Status m = check_match(op, h);
+    if (!m.is_ok()) {
+      mismatch(op, m);
+      maybe_finish(op);
+      return {};
+    }
+    Status s = op.op->target(src, h.chunk, static_cast<Stage>(h.stage), h.offset, h.payload_len, target);
+    if (!s.is_ok()) return {Code::Protocol, op.title() + ": " + s.message()};
+    op.receiving++;
+    rx_op_[src] = &op;
+    return {};
+  }
+  if (!closed_.is_ok() || names_->is_past(name, h.op_version)) {
+    log().debug("dropping data for ended op '{}' version {} from rank {}", name, h.op_version, src);
+    return {};
+  }
+  auto data = std::make_unique<EarlyData>();
+  data->header = h;
+  data->payload.resize(h.payload_len);
+  *target = data->payload.data();
+  rx_early_[src] = data.get();
+  early_[key].data.push_back(std::move(data));
+  early_bytes_ += h.payload_len;
+  if (early_bytes_ > opt_.unexpected_bytes && paused_.insert(src).second) {
+    log().info("early-arrival buffer full ({} bytes); pausing reads from rank {}", early_bytes_, src);
+    transport_->pause_reading(src);
+  }
+  return {};
+}
+
+void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name) {
+  Key key{name, h.op_version};
+  auto it = ops_.find(key);
+  Active* op = it != ops_.end() ? it->second.get() : nullptr;
+  switch (h.type) {
+    case MsgType::Ready:
+      if (op != nullptr) {
+        if (!op->failed) on_ready(*op, h);
+        maybe_finish(*op);
+      } else if (closed_.is_ok() && !names_->is_past(name, h.op_version)) {
+        early_[key].readies.push_back(h);
+      }
+      return;
+    case MsgType::Abort: {
+      int32_t code = -static_cast<int32_t>(h.chunk);
+      Code c = code < 0 && code >= static_cast<int32_t>(Code::Bootstrap) ? static_cast<Code>(code)
+                                                                         : Code::Protocol;
+      Status why{c, "rank " + std::to_string(src) + " reports: " +
+                        std::string(rx_abort_[src].begin(), rx_abort_[src].end())};
+      if (op != nullptr) {
+        fail(*op, why);
+        maybe_finish(*op);
+      } else if (closed_.is_ok() && !names_->is_past(name, h.op_version)) {
+        early_[key].abort = why;
+      }
+      return;
+    }
+    default:
+      break;
+  }
+  if (EarlyData* early = rx_early_[src]) {
+    rx_early_[src] = nullptr;
+    early->complete = true;
+    // The op may have been posted while this payload was still arriving.
+    if (op == nullptr) return;
+    auto e = early_.find(key);
+    auto& list = e->second.data;
+    auto pos = std::find_if(list.begin(), list.end(), [&](const auto& d) { return d.get() == early; });
+    std::unique_ptr<EarlyData> mine = std::move(*pos);
+    list.erase(pos);
+    if (list.empty() && e->second.readies.empty() && e->second.abort.is_ok()) early_.erase(e);
+    release_early_bytes(mine->payload.size());
+    if (!op->failed) deliver(*op, src, mine->header, mine->payload.data());
+    return maybe_finish(*op);
+  }
+  if (op == nullptr || rx_op_[src] != op) return;
+  rx_op_[src] = nullptr;
+  op->receiving--;
+  if (!op->failed) deliver(*op, src, h, nullptr);
+  maybe_finish(*op);
+}
+
+void OpEngine::link_down(int src, bool graceful, const Status& why) {
+  if (Active* op = rx_op_[src]) {
+    rx_op_[src] = nullptr;
+    op->receiving--;
+  }
+  rx_early_[src] = nullptr;
+  std::vector<Key> keys;
+  for (auto& [key, op] : ops_) keys.push_back(key);
+  if (!graceful) {
+    Status lost{Code::PeerLost, "rank " + std::to_string(src) + " lost: " + why.message()};
+    if (on_fatal_) on_fatal_(lost);
+    fail_all(lost);
+  } else {
+    departed_[src] = true;
+    for (const Key& key : keys) {
+      auto it = ops_.find(key);
+      if (it == ops_.end()) continue;
+      Active& op = *it->second;
+      auto waiting = op.op->waiting_on();
+      if (std::find(waiting.begin(), waiting.end(), src) != waiting.end() || !op.held[src].empty()) {
+        fail(op, {Code::PeerLost, op.title() + ": rank " + std::to_string(src) +
+                                      " finalized while the op was in flight"});
+      }
+    }
+  }
+  for (const Key& key : keys) {
+    auto it = ops_.find(key);
+    if (it != ops_.end()) maybe_finish(*it->second);
+  }
+}
+
+void OpEngine::fail_all(const Status& why) {
+  if (closed_.is_ok()) closed_ = why;
+  std::vector<Key> keys;
+  for (auto& [key, op] : ops_) keys.push_back(key);
+  for (const Key& key : keys) {
+    auto it = ops_.find(key);
+    if (it != ops_.end()) fail(*it->second, why);
+  }
+  for (const Key& key : keys) {
+    auto it = ops_.find(key);
+    if (it != ops_.end()) maybe_finish(*it->second);
+  }
+  // Payloads still arriving keep their buffers until their frame ends.
+  for (auto it = early_.begin(); it != early_.end();) {
+    auto& list = it->second.data;
+    for (auto d = list.begin(); d != list.end();) {
+      if ((*d)->complete) {
+        release_early_bytes((*d)->payload.size());
+        d = list.erase(d);
+      } else {
+        ++d;
+      }
+    }
+    it = list.empty() ? early_.erase(it) : std::next(it);
+  }
+}
+
+Status OpEngine::describe_timeout(const Active& op) const {
+  std::string s = op.title() + " timed out after " + std::to_string(op.timeout_ms) + " ms";
+  auto waiting = op.op->waiting_on();
+  if (!waiting.empty()) s += "; waiting for data from rank(s) " + rank_list(waiting);
+  std::vector<int> unready;
+  for (int r = 0; r < opt_.size; ++r) {
+    if (!op.held[r].empty()) unready.push_back(r);
+  }
+  if (!unready.empty()) s += "; rank(s) " + rank_list(unready) + " never posted it";
+  return {Code::Timeout, s};
+}
+
+void OpEngine::tick() {
+  uint64_t now = uv_now(loop_);
+  std::vector<Key> keys;
+  for (auto& [key, op] : ops_) keys.push_back(key);
+  for (const Key& key : keys) {
+    auto it = ops_.find(key);
+    if (it == ops_.end()) continue;
+    Active& op = *it->second;
+    if (!op.failed && now >= op.deadline) {
+      Status why = describe_timeout(op);
+      log().warn("{}", why.message());
+      fail(op, why);
+      maybe_finish(op);
+      continue;
+    }
+    if (op.failed && now >= op.failed_at + kStuckFailureMs) {
+      for (int r = 0; r < opt_.size; ++r) {
+        if (op.writes_to[r] > 0 || rx_op_[r] == &op) {
+          transport_->drop(r, {Code::Timeout, "rank " + std::to_string(r) +
+                                                  " stopped exchanging data for " + op.title()});
+          if (ops_.find(key) == ops_.end()) break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace taiji

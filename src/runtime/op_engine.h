@@ -1,0 +1,104 @@
+// The op engine: matches arriving frames to posted ops by (name, version), holds early
+// arrivals, runs the Ready handshake that keeps bulk data from waiting on a connection
+// for an op its receiver has not posted, enforces deadlines, and spreads failures
+// (mismatch, lost peers) to every rank. Runs on the peer's I/O thread only.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "collectives/collective_op.h"
+#include "runtime/name_table.h"
+#include "runtime/request.h"
+#include "transport/transport.h"
+
+namespace taiji {
+
+struct EngineOptions {
+  int rank = 0;
+  int size = 1;
+  uint64_t eager_bytes = 64 << 10;
+  uint64_t unexpected_bytes = 64ull << 20;
+};
+
+struct PostedOp {
+  std::string name;
+  uint64_t version = 0;
+  CollectiveSpec spec;
+  uint64_t timeout_ms = 60000;
+  std::shared_ptr<RequestState> request;
+};
+
+class OpEngine final : public ReceiveHandler {
+ public:
+  OpEngine(uv_loop_t* loop, EngineOptions options, NameTable* names);
+  ~OpEngine() override;
+  void set_transport(Transport* transport) { transport_ = transport; }
+  // Called with the error that makes the whole peer unusable (a lost peer).
+  void set_fatal_handler(std::function<void(const Status&)> fn) { on_fatal_ = std::move(fn); }
+
+  void start(PostedOp posted);
+  // Deadlines and stuck failed ops; call periodically.
+  void tick();
+  // Fails every op (abort, finalize timeout, fatal error); later posts fail with `why`.
+  void fail_all(const Status& why);
+  bool idle() const { return ops_.empty(); }
+
+  Status accept_frame(int src, const FrameHeader& h, const std::string& name,
+                      uint8_t** target) override;
+  void frame_done(int src, const FrameHeader& h, const std::string& name) override;
+  void link_down(int src, bool graceful, const Status& why) override;
+
+ private:
+  using Key = std::pair<std::string, uint64_t>;
+  struct Active;
+  struct EarlyData {
+    FrameHeader header;
+    std::vector<uint8_t> payload;
+    bool complete = false;
+  };
+  struct Early {
+    std::vector<FrameHeader> readies;
+    std::vector<std::unique_ptr<EarlyData>> data;
+    Status abort;
+  };
+
+  // Only the entry points (start, frame_done, link_down, tick, fail_all and write
+  // completions) call maybe_finish, as their last touch of an op: it may destroy it.
+  void begin(Active& op);
+  void dispatch(Active& op, std::vector<ChunkSend>& sends);
+  void send_chunk(Active& op, const ChunkSend& s);
+  void on_ready(Active& op, const FrameHeader& h);
+  void deliver(Active& op, int src, const FrameHeader& h, const uint8_t* copy_from);
+  Status check_match(const Active& op, const FrameHeader& h) const;
+  void mismatch(Active& op, const Status& why);
+  void fail(Active& op, const Status& why);
+  void maybe_finish(Active& op);
+  void release_early_bytes(uint64_t bytes);
+  Status describe_timeout(const Active& op) const;
+  FrameHeader header_for(const Active& op, MsgType type) const;
+
+  uv_loop_t* loop_;
+  EngineOptions opt_;
+  NameTable* names_;
+  Transport* transport_ = nullptr;
+  std::function<void(const Status&)> on_fatal_;
+  std::map<Key, std::unique_ptr<Active>> ops_;
+  std::map<Key, Early> early_;
+  std::vector<EarlyData*> rx_early_;       // per source: the early frame being received
+  std::vector<std::vector<uint8_t>> rx_abort_;  // per source: an Abort's reason text
+  std::vector<bool> departed_;             // ranks that finalized (said Bye)
+  std::vector<Active*> rx_op_;             // per source: the op a payload is read into
+  std::set<int> paused_;
+  uint64_t early_bytes_ = 0;
+  Status closed_;                          // non-ok: no new ops start
+};
+
+}  // namespace taiji

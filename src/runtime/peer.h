@@ -1,0 +1,98 @@
+// A peer: one process's (or one thread's) membership in a job. It owns an I/O thread
+// running a libuv loop; callers on any thread post work to it through a queue.
+#pragma once
+
+#include <uv.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/config.h"
+#include "runtime/name_table.h"
+#include "runtime/op_engine.h"
+#include "runtime/rendezvous.h"
+#include "topology/selection.h"
+#include "transport/tcp_transport.h"
+
+namespace taiji {
+
+struct PostArgs {
+  OpKind kind = OpKind::Allreduce;
+  std::string name;
+  uint64_t version = 0;           // 0: automatic
+  const void* send = nullptr;
+  void* recv = nullptr;
+  uint64_t count = 0;
+  DType dtype = DType::F32;
+  RedOp redop = RedOp::Sum;
+  int root = 0;
+  int64_t timeout_ms = 0;         // 0: the peer's default
+  std::string topology;           // empty: the peer's choice
+  RequestState::Callback callback;
+};
+
+class Peer {
+ public:
+  // Joins the job (rendezvous, then a connection to every other peer). Blocks.
+  static Result<std::unique_ptr<Peer>> create(const Config& config);
+  ~Peer();
+
+  int rank() const { return config_.rank; }
+  int size() const { return config_.size; }
+  const Config& config() const { return config_; }
+
+  // Checks the arguments, reserves (name, version) and hands the op to the I/O thread.
+  Result<std::shared_ptr<RequestState>> post(PostArgs args);
+  // Waits (bounded by the op timeout) for in-flight ops, says goodbye, stops the thread.
+  Status finalize();
+  // Fails every op with Aborted and closes all links at once; does not wait.
+  void abort();
+  Status async_error() const;
+
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+
+ private:
+  explicit Peer(const Config& config);
+  Status bootstrap();
+  void run_on_loop(std::function<void()> fn);
+  void drain_inbox();
+  void set_error(const Status& s);
+  void begin_close(bool graceful);
+  void on_tick();
+  void close_links(bool graceful);
+  void on_links_closed();
+  void stop_thread();
+
+  Config config_;
+  NameTable names_;
+  StrategyCache strategies_;
+  uv_loop_t loop_{};
+  uv_async_t wake_{};
+  uv_timer_t tick_{};
+  std::unique_ptr<TcpTransport> transport_;
+  std::unique_ptr<OpEngine> engine_;
+  std::unique_ptr<RendezvousServer> rendezvous_server_;
+  std::thread thread_;
+
+  // I/O thread only.
+  bool finalizing_ = false;              // waiting for in-flight ops before closing
+  bool closing_links_ = false;           // transport shutdown started
+  uint64_t close_deadline_ = 0;
+
+  std::mutex inbox_mu_;
+  std::vector<std::function<void()>> inbox_;
+  bool loop_closed_ = false;             // under inbox_mu_
+
+  mutable std::mutex state_mu_;
+  Status sticky_;                        // under state_mu_
+  bool closing_ = false;                 // under state_mu_: finalize/abort began
+  std::atomic<bool> joined_{false};
+};
+
+}  // namespace taiji

@@ -1,0 +1,38 @@
+// The state behind a taiji_request_t: completed once by the I/O thread, waited on by
+// any number of caller threads.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+
+#include "common/status.h"
+
+namespace taiji {
+
+class RequestState {
+ public:
+  using Callback = std::function<void(const Status&)>;
+
+  RequestState(uint64_t version, Callback callback)
+      : version_(version), callback_(std::move(callback)) {}
+
+  // First call wins; wakes waiters, then runs the callback (on the calling thread).
+  void complete(const Status& status);
+  // True once completed; *out gets the final status.
+  bool test(Status* out) const;
+  // Waits up to timeout_ms (negative: no limit); true if completed.
+  bool wait_for(int64_t timeout_ms, Status* out) const;
+  uint64_t version() const { return version_; }
+
+ private:
+  const uint64_t version_;
+  Callback callback_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+}  // namespace taiji

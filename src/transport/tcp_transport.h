@@ -1,0 +1,82 @@
+// TCP transport over libuv: one connection per peer pair (the higher rank connects to the
+// lower), each opened by a mutual Hello that states job id, rank and cluster version.
+// Frames are parsed as a stream; a payload whose destination is known is read straight
+// into it, skipping the scratch buffer.
+#pragma once
+
+#include <uv.h>
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace taiji {
+
+struct TcpOptions {
+  int rank = 0;
+  int size = 1;
+  uint32_t cluster_version = 0;
+  std::string job_id;
+  std::string listen_host;
+  FrameLimits limits;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(uv_loop_t* loop, TcpOptions options, ReceiveHandler* handler);
+  ~TcpTransport() override;
+
+  // Binds listen_host on a free port; returns the "host:port" peers should dial.
+  Result<std::string> listen();
+  // Dials every lower rank and waits for every higher one. on_ready runs once: OK when
+  // all size-1 links completed their Hello, else an error naming the missing ranks.
+  void connect_all(std::vector<std::string> addresses, uint64_t timeout_ms,
+                   std::function<void(const Status&)> on_ready);
+
+  void send(int dst, OutMessage msg) override;
+  void pause_reading(int src) override;
+  void resume_reading(int src) override;
+  void drop(int rank, const Status& why) override;
+  void shutdown(std::function<void()> on_closed) override;
+  void close_now(std::function<void()> on_closed) override;
+
+  struct Conn;
+  // Entry points for libuv's connection callbacks.
+  void conn_failed(Conn* c, const Status& why);
+  void conn_closed(Conn* c);
+
+ private:
+  friend struct Conn;
+  void start_connect(int rank);
+  void on_connected(Conn* c, int status);
+  void on_accept();
+  void on_hello(Conn* c, const FrameHeader& h, const std::string& name);
+  void check_ready();
+  void finish_ready(const Status& s);
+  void defer(std::function<void()> fn);
+  void run_deferred();
+  void maybe_closed();
+
+  uv_loop_t* loop_;
+  TcpOptions opt_;
+  ReceiveHandler* handler_;
+  uv_tcp_t listener_{};
+  bool listening_ = false;
+  uv_timer_t connect_timer_{};
+  uv_idle_t idle_{};
+  std::vector<std::string> addresses_;
+  std::vector<Conn*> by_rank_;
+  std::set<Conn*> conns_;  // every open connection, identified or not
+  std::vector<std::function<void()>> deferred_;
+  std::function<void(const Status&)> on_ready_;
+  std::function<void()> on_closed_;
+  int open_handles_ = 0;
+  bool stopping_ = false;
+  uint64_t connect_deadline_ = 0;
+};
+
+}  // namespace taiji

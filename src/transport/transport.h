@@ -1,0 +1,57 @@
+// The transport interface the runtime drives: framed messages to and from ranks. TCP is
+// the first implementation; shared memory and NCCL come later behind the same interface.
+// Everything here runs on the owning peer's I/O thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/frame.h"
+
+namespace taiji {
+
+struct OutMessage {
+  FrameHeader header;  // name_len and payload_len are filled in by send()
+  std::string name;
+  // Borrowed payload: must stay valid until on_sent runs (unless `owned` is used instead).
+  const uint8_t* payload = nullptr;
+  size_t payload_len = 0;
+  std::vector<uint8_t> owned;  // when non-empty, the payload (payload/payload_len ignored)
+  // Runs once the transport no longer reads the payload: sent, or failed/cancelled.
+  std::function<void(const Status&)> on_sent;
+};
+
+class ReceiveHandler {
+ public:
+  virtual ~ReceiveHandler() = default;
+  // A frame's header and name arrived and passed validation. Set *target to where its
+  // payload_len bytes go, or to nullptr to have the payload read and dropped. A non-ok
+  // status is a protocol violation: the connection is closed with that error.
+  virtual Status accept_frame(int src, const FrameHeader& h, const std::string& name,
+                              uint8_t** target) = 0;
+  // The whole payload is in *target (as returned by accept_frame).
+  virtual void frame_done(int src, const FrameHeader& h, const std::string& name) = 0;
+  // The connection to src is gone; `graceful` when src said Bye first. Called once.
+  virtual void link_down(int src, bool graceful, const Status& why) = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual void send(int dst, OutMessage msg) = 0;
+  // Back-pressure: stop and restart reading frames from src.
+  virtual void pause_reading(int src) = 0;
+  virtual void resume_reading(int src) = 0;
+  // Closes the link to one rank now (cancelling its queued writes); link_down follows.
+  virtual void drop(int rank, const Status& why) = 0;
+  // Flushes queued writes, says Bye, closes every connection. on_closed runs when all
+  // handles are closed.
+  virtual void shutdown(std::function<void()> on_closed) = 0;
+  // Closes every connection at once, cancelling queued writes.
+  virtual void close_now(std::function<void()> on_closed) = 0;
+};
+
+}  // namespace taiji
