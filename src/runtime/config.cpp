@@ -1,1 +1,447 @@
-// placeholder
+#include "runtime/config.h"
+
+#include <array>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace taiji {
+
+namespace {
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+
+constexpr int64_t kDefaultTimeoutMs = 60000;
+constexpr uint64_t kDefaultChunkBytes = 1 * kMiB;
+constexpr uint64_t kDefaultEagerBytes = 64 * kKiB;
+constexpr uint64_t kDefaultUnexpectedBytes = 64 * kMiB;
+constexpr uint64_t kDefaultMaxPayload = 64 * kMiB;
+constexpr uint32_t kDefaultMaxNameLen = 256;
+// Below this the per-frame header and syscall overhead dominate the transfer.
+constexpr uint64_t kMinChunkBytes = 4 * kKiB;
+// The frame header carries name_len in 16 bits.
+constexpr uint32_t kMaxNameLenCap = 65535;
+
+constexpr std::array<std::string_view, 3> kTopologies = {"ring", "tree", "star"};
+constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
+                                                        "error", "critical", "off"};
+
+Status config_error(std::string message) { return {Code::Config, std::move(message)}; }
+
+// An empty value counts as unset, so `export TAIJI_X=` clears a variable the same way
+// `unset TAIJI_X` does.
+const char* lookup(const EnvLookup& env, const char* name) {
+  const char* v = env(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+std::string named(const char* var, std::string_view value) {
+  return std::string(var) + "='" + std::string(value) + "'";
+}
+
+// The whole string must be decimal digits and the value at most `max`.
+bool parse_digits(std::string_view s, uint64_t max, uint64_t* out) {
+  if (s.empty()) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+std::string join(const auto& names) {
+  std::string s;
+  for (std::string_view n : names) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+template <size_t N>
+bool one_of(const std::string& v, const std::array<std::string_view, N>& names) {
+  for (std::string_view n : names) {
+    if (v == n) return true;
+  }
+  return false;
+}
+
+// Integer variables: `min` is 0 or 1 and picks the wording of the error.
+Status env_int(const char* var, const char* value, uint64_t min, uint64_t max, uint64_t* out) {
+  uint64_t v = 0;
+  const char* what = min == 0 ? "a non-negative integer" : "a positive integer";
+  if (!parse_digits(value, std::numeric_limits<uint64_t>::max(), &v)) {
+    bool digits_only = *value != '\0';
+    for (const char* p = value; *p; ++p) digits_only = digits_only && *p >= '0' && *p <= '9';
+    if (digits_only) {
+      return config_error(named(var, value) + " is out of range (at most " +
+                          std::to_string(max) + ")");
+    }
+    return config_error(named(var, value) + " is not " + what);
+  }
+  if (v < min) return config_error(named(var, value) + " is not " + what);
+  if (v > max) {
+    return config_error(named(var, value) + " is out of range (at most " +
+                        std::to_string(max) + ")");
+  }
+  *out = v;
+  return Status::ok();
+}
+
+// Byte sizes: digits with an optional K, M or G suffix (powers of 1024); must be positive.
+Status env_bytes(const char* var, const char* value, uint64_t* out) {
+  std::string_view s(value);
+  uint64_t mult = 1;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K': case 'k': mult = kKiB; break;
+      case 'M': case 'm': mult = kMiB; break;
+      case 'G': case 'g': mult = 1024 * kMiB; break;
+      default: break;
+    }
+    if (mult != 1) s.remove_suffix(1);
+  }
+  uint64_t v = 0;
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  if (!parse_digits(s, max, &v)) {
+    bool digits_only = !s.empty();
+    for (char c : s) digits_only = digits_only && c >= '0' && c <= '9';
+    if (digits_only) return config_error(named(var, value) + " is out of range");
+    return config_error(named(var, value) +
+                        " is not a byte size (digits with an optional K, M or G suffix)");
+  }
+  if (v == 0) return config_error(named(var, value) + " is not a positive byte size");
+  if (v > max / mult) return config_error(named(var, value) + " is out of range");
+  *out = v * mult;
+  return Status::ok();
+}
+
+// Where a resolved value came from, for error messages.
+template <typename T>
+std::string explicit_source(const char* field, const T& v) {
+  return std::string(field) + "=" + std::to_string(v);
+}
+
+// Fills a byte-size field: explicit (non-zero) value, else the variable, else the default.
+Status fill_bytes(uint64_t* field, const char* name, const char* var, uint64_t def,
+                  const EnvLookup& env, std::string* source) {
+  if (*field != 0) {
+    *source = explicit_source(name, *field);
+    return Status::ok();
+  }
+  if (const char* v = lookup(env, var)) {
+    *source = named(var, v);
+    return env_bytes(var, v, field);
+  }
+  *field = def;
+  *source = std::to_string(def) + " (default " + name + ")";
+  return Status::ok();
+}
+
+Status fill_timeout(int64_t* field, const char* name, const char* var, const EnvLookup& env) {
+  if (*field < 0) {
+    return config_error(explicit_source(name, *field) + " is not a positive timeout");
+  }
+  if (*field > 0) return Status::ok();
+  if (const char* v = lookup(env, var)) {
+    uint64_t ms = 0;
+    Status s = env_int(var, v, 1, static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), &ms);
+    if (!s.is_ok()) return s;
+    *field = static_cast<int64_t>(ms);
+    return Status::ok();
+  }
+  *field = kDefaultTimeoutMs;
+  return Status::ok();
+}
+
+void fill_string(std::string* field, const char* var, const char* def, const EnvLookup& env,
+                 std::string* source) {
+  if (!field->empty()) {
+    *source = "'" + *field + "'";
+    return;
+  }
+  if (const char* v = lookup(env, var)) {
+    *field = v;
+    *source = named(var, v);
+    return;
+  }
+  *field = def;
+  *source = "'" + *field + "'";
+}
+
+// Returns the reason `s` is not host:port, or an empty string when it is.
+std::string split_host_port(const std::string& s, bool allow_zero, std::string* host,
+                            uint16_t* port) {
+  std::string h;
+  std::string p;
+  if (!s.empty() && s.front() == '[') {
+    const size_t close = s.find(']');
+    if (close == std::string::npos) return "missing ']' after the IPv6 address";
+    h = s.substr(1, close - 1);
+    if (close + 1 >= s.size() || s[close + 1] != ':') return "missing ':port' after ']'";
+    p = s.substr(close + 2);
+  } else {
+    const size_t colon = s.rfind(':');
+    if (colon == std::string::npos) return "missing ':port'";
+    h = s.substr(0, colon);
+    if (h.find(':') != std::string::npos) {
+      return "an IPv6 address needs brackets, as in [::1]:port";
+    }
+    p = s.substr(colon + 1);
+  }
+  if (h.empty()) return "empty host";
+  for (char ch : h) {
+    if (ch == '[' || ch == ']' || ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
+      return "bad character in host";
+    }
+  }
+  uint64_t v = 0;
+  if (!parse_digits(p, 65535, &v) || (v == 0 && !allow_zero)) {
+    return "port '" + p + "' is not a number in " + (allow_zero ? "0" : "1") + "..65535";
+  }
+  *host = std::move(h);
+  *port = static_cast<uint16_t>(v);
+  return {};
+}
+
+struct RankFamily {
+  const char* rank;
+  const char* size;
+};
+constexpr RankFamily kRankFamilies[] = {
+    {"TAIJI_RANK", "TAIJI_WORLD_SIZE"},
+    {"RANK", "WORLD_SIZE"},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+    {"SLURM_PROCID", "SLURM_NTASKS"},
+};
+
+Status resolve_rank_size(Config* c, const EnvLookup& env, std::string* rank_src,
+                         std::string* size_src) {
+  if (c->rank < -1) return config_error(explicit_source("rank", c->rank) + " is negative");
+  if (c->size == 0 || c->size < -1) {
+    return config_error(explicit_source("size", c->size) + " is not a positive world size");
+  }
+  if (c->rank != -1) *rank_src = explicit_source("rank", c->rank);
+  if (c->size != -1) *size_src = explicit_source("size", c->size);
+
+  if (c->rank == -1 || c->size == -1) {
+    for (const RankFamily& f : kRankFamilies) {
+      const char* r = lookup(env, f.rank);
+      const char* s = lookup(env, f.size);
+      if (r == nullptr && s == nullptr) continue;
+      if (r == nullptr || s == nullptr) {
+        // Foreign launchers may set one of the pair for their own reasons (salloc sets
+        // SLURM_NTASKS without SLURM_PROCID); only our own variables must come together.
+        if (&f != &kRankFamilies[0]) continue;
+        const char* set = r ? f.rank : f.size;
+        const char* unset = r ? f.size : f.rank;
+        return config_error(named(set, r ? r : s) + " is set but " + unset + " is not");
+      }
+      const uint64_t int_max = static_cast<uint64_t>(std::numeric_limits<int>::max());
+      uint64_t rv = 0;
+      uint64_t sv = 0;
+      if (Status st = env_int(f.rank, r, 0, int_max, &rv); !st.is_ok()) return st;
+      if (Status st = env_int(f.size, s, 1, int_max, &sv); !st.is_ok()) return st;
+      if (c->rank == -1) {
+        c->rank = static_cast<int>(rv);
+        *rank_src = named(f.rank, r);
+      }
+      if (c->size == -1) {
+        c->size = static_cast<int>(sv);
+        *size_src = named(f.size, s);
+      }
+      break;
+    }
+  }
+
+  if (c->rank == -1 && c->size == -1) {
+    c->rank = 0;
+    c->size = 1;
+    return Status::ok();
+  }
+  if (c->rank == -1) {
+    if (c->size != 1) {
+      return config_error(*size_src + " is set but no rank is (set TAIJI_RANK or the rank field)");
+    }
+    c->rank = 0;
+    return Status::ok();
+  }
+  if (c->size == -1) {
+    return config_error(*rank_src +
+                        " is set but no world size is (set TAIJI_WORLD_SIZE or the size field)");
+  }
+  if (c->rank >= c->size) {
+    return config_error(*rank_src + " is not below the world size " + *size_src);
+  }
+  return Status::ok();
+}
+
+Status resolve_rendezvous(Config* c, const EnvLookup& env, const std::string& size_src) {
+  std::string source;
+  if (!c->rendezvous.empty()) {
+    source = "rendezvous='" + c->rendezvous + "'";
+  } else if (const char* v = lookup(env, "TAIJI_RENDEZVOUS")) {
+    c->rendezvous = v;
+    source = named("TAIJI_RENDEZVOUS", v);
+  } else if (const char* addr = lookup(env, "MASTER_ADDR")) {
+    uint64_t port = 0;
+    if (const char* p = lookup(env, "TAIJI_RENDEZVOUS_PORT")) {
+      if (Status s = env_int("TAIJI_RENDEZVOUS_PORT", p, 1, 65535, &port); !s.is_ok()) return s;
+      source = named("MASTER_ADDR", addr) + " with " + named("TAIJI_RENDEZVOUS_PORT", p);
+    } else if (const char* mp = lookup(env, "MASTER_PORT")) {
+      if (Status s = env_int("MASTER_PORT", mp, 1, 65535, &port); !s.is_ok()) return s;
+      // torchrun's own store listens on MASTER_PORT, so taiji's takes the next port.
+      if (port == 65535) {
+        return config_error(named("MASTER_PORT", mp) +
+                            " leaves no port for the rendezvous (it uses MASTER_PORT + 1); "
+                            "set TAIJI_RENDEZVOUS_PORT");
+      }
+      ++port;
+      source = named("MASTER_ADDR", addr) + " with " + named("MASTER_PORT", mp) + " + 1";
+    } else if (c->size > 1) {
+      return config_error(named("MASTER_ADDR", addr) +
+                          " is set but neither MASTER_PORT nor TAIJI_RENDEZVOUS_PORT is");
+    }
+    if (port != 0) {
+      std::string host = addr;
+      if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+      c->rendezvous = host + ":" + std::to_string(port);
+    }
+  }
+
+  if (!c->rendezvous.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    if (std::string why = split_host_port(c->rendezvous, false, &host, &port); !why.empty()) {
+      return config_error(source + " is not host:port: " + why);
+    }
+  } else if (c->size > 1) {
+    return config_error("world size " + size_src +
+                        " needs a rendezvous address: set TAIJI_RENDEZVOUS (host:port) or "
+                        "MASTER_ADDR and MASTER_PORT");
+  }
+
+  if (c->host_rendezvous != -1 && c->host_rendezvous != 0 && c->host_rendezvous != 1) {
+    return config_error(explicit_source("host_rendezvous", c->host_rendezvous) +
+                        " must be 0, 1 or -1 (auto)");
+  }
+  if (c->host_rendezvous == -1) {
+    if (const char* v = lookup(env, "TAIJI_RENDEZVOUS_HOST")) {
+      if (std::string_view(v) != "0" && std::string_view(v) != "1") {
+        return config_error(named("TAIJI_RENDEZVOUS_HOST", v) + " must be 0 or 1");
+      }
+      c->host_rendezvous = v[0] == '1' ? 1 : 0;
+    } else {
+      c->host_rendezvous = c->rank == 0 ? 1 : 0;
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+EnvLookup process_env() {
+  return [](const char* name) -> const char* { return std::getenv(name); };
+}
+
+Result<Config> resolve_config(Config c, const EnvLookup& env) {
+  std::string rank_src;
+  std::string size_src;
+  if (Status s = resolve_rank_size(&c, env, &rank_src, &size_src); !s.is_ok()) return s;
+  if (Status s = resolve_rendezvous(&c, env, size_src); !s.is_ok()) return s;
+
+  std::string listen_src;
+  std::string job_src;
+  std::string topo_src;
+  std::string level_src;
+  fill_string(&c.listen_host, "TAIJI_LISTEN_HOST", "127.0.0.1", env, &listen_src);
+  fill_string(&c.job_id, "TAIJI_JOB_ID", "taiji", env, &job_src);
+  fill_string(&c.topology, "TAIJI_TOPOLOGY", "", env, &topo_src);
+  fill_string(&c.log_level, "TAIJI_LOG_LEVEL", "warn", env, &level_src);
+
+  if (Status s = fill_timeout(&c.timeout_ms, "timeout_ms", "TAIJI_TIMEOUT_MS", env); !s.is_ok()) {
+    return s;
+  }
+  if (Status s = fill_timeout(&c.init_timeout_ms, "init_timeout_ms", "TAIJI_INIT_TIMEOUT_MS", env);
+      !s.is_ok()) {
+    return s;
+  }
+
+  std::string chunk_src;
+  std::string eager_src;
+  std::string unexpected_src;
+  std::string payload_src;
+  if (Status s = fill_bytes(&c.chunk_bytes, "chunk_bytes", "TAIJI_CHUNK_BYTES",
+                            kDefaultChunkBytes, env, &chunk_src);
+      !s.is_ok()) {
+    return s;
+  }
+  if (Status s = fill_bytes(&c.eager_bytes, "eager_bytes", "TAIJI_EAGER_BYTES",
+                            kDefaultEagerBytes, env, &eager_src);
+      !s.is_ok()) {
+    return s;
+  }
+  if (Status s = fill_bytes(&c.unexpected_bytes, "unexpected_bytes", "TAIJI_UNEXPECTED_BYTES",
+                            kDefaultUnexpectedBytes, env, &unexpected_src);
+      !s.is_ok()) {
+    return s;
+  }
+  if (Status s = fill_bytes(&c.max_payload, "max_payload", "TAIJI_MAX_PAYLOAD_BYTES",
+                            kDefaultMaxPayload, env, &payload_src);
+      !s.is_ok()) {
+    return s;
+  }
+
+  std::string name_len_src;
+  if (c.max_name_len != 0) {
+    name_len_src = explicit_source("max_name_len", c.max_name_len);
+  } else if (const char* v = lookup(env, "TAIJI_MAX_NAME_LEN")) {
+    uint64_t n = 0;
+    if (Status s = env_int("TAIJI_MAX_NAME_LEN", v, 1, kMaxNameLenCap, &n); !s.is_ok()) return s;
+    c.max_name_len = static_cast<uint32_t>(n);
+    name_len_src = named("TAIJI_MAX_NAME_LEN", v);
+  } else {
+    c.max_name_len = kDefaultMaxNameLen;
+    name_len_src = explicit_source("max_name_len", c.max_name_len) + " (default)";
+  }
+
+  if (c.max_name_len > kMaxNameLenCap) {
+    return config_error(name_len_src + " exceeds " + std::to_string(kMaxNameLenCap) +
+                        " (the frame header holds it in 16 bits)");
+  }
+  // The job id travels as the name of the Hello frame.
+  if (c.job_id.size() > c.max_name_len) {
+    return config_error("job id " + job_src + " is longer than max_name_len " + name_len_src);
+  }
+  if (!c.topology.empty() && !one_of(c.topology, kTopologies)) {
+    return config_error("topology " + topo_src + " is not one of " + join(kTopologies));
+  }
+  if (!one_of(c.log_level, kLogLevels)) {
+    return config_error("log level " + level_src + " is not one of " + join(kLogLevels));
+  }
+  if (c.chunk_bytes < kMinChunkBytes) {
+    return config_error("chunk size " + chunk_src + " is below the minimum " +
+                        std::to_string(kMinChunkBytes) + " bytes");
+  }
+  if (c.chunk_bytes > c.max_payload) {
+    return config_error("chunk size " + chunk_src + " exceeds the max payload " + payload_src);
+  }
+  if (c.eager_bytes > c.max_payload) {
+    return config_error("eager size " + eager_src + " exceeds the max payload " + payload_src);
+  }
+  return c;
+}
+
+
+Status parse_host_port(const std::string& s, std::string* host, uint16_t* port,
+                       bool allow_zero) {
+  std::string reason = split_host_port(s, allow_zero, host, port);
+  if (reason.empty()) return Status::ok();
+  return {Code::InvalidArgument, "'" + s + "' is not host:port: " + reason};
+}
+
+}  // namespace taiji

@@ -1,1 +1,190 @@
-// placeholder
+#include "topology/graph.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <utility>
+
+namespace taiji {
+
+namespace {
+
+Status invalid(std::string message) { return {Code::InvalidArgument, std::move(message)}; }
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// A long cycle would make an unreadable message; the first ranks are enough to find it.
+constexpr size_t kMaxCycleRanksShown = 16;
+
+std::string describe_cycle(const std::vector<int>& parent, int start) {
+  std::vector<int> cycle;
+  int x = start;
+  do {
+    cycle.push_back(x);
+    x = parent[x];
+  } while (x != start);
+  // Start at the smallest rank so the same cycle is always reported the same way.
+  std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
+  std::string s = "cycle through ranks ";
+  const size_t shown = std::min(cycle.size(), kMaxCycleRanksShown);
+  for (size_t i = 0; i < shown; ++i) {
+    s += std::to_string(cycle[i]) + " -> ";
+  }
+  if (shown < cycle.size()) {
+    s += "... (" + std::to_string(cycle.size()) + " ranks)";
+  } else {
+    s += std::to_string(cycle[0]);
+  }
+  return s;
+}
+
+}  // namespace
+
+Graph::Graph(std::vector<int> parent) : parent_(std::move(parent)) {
+  const int n = size();
+  children_.resize(parent_.size());
+  // Links that validate_graph() would reject are left out here so that walking children()
+  // of an unvalidated graph can neither index out of range nor loop on a self link.
+  for (int r = 0; r < n; ++r) {
+    const int p = parent_[r];
+    if (p == -1) {
+      if (root_ == -1) root_ = r;
+    } else if (p >= 0 && p < n && p != r) {
+      children_[p].push_back(r);
+    }
+  }
+}
+
+Graph Graph::rotated(int shift) const {
+  const int n = size();
+  if (n == 0) return Graph();
+  std::vector<int> q(parent_.size(), -1);
+  for (int r = 0; r < n; ++r) {
+    const int p = parent_[r];
+    // Out-of-range parents stay as they are: renaming them could turn an invalid graph
+    // into a valid-looking one.
+    q[mod(r + shift, n)] = (p >= 0 && p < n) ? mod(p + shift, n) : p;
+  }
+  return Graph(std::move(q));
+}
+
+Status validate_graph(const Graph& g, int n) {
+  if (n < 1) return invalid("a graph needs at least 1 rank, got " + std::to_string(n));
+  if (g.size() != n) {
+    return invalid("graph has " + std::to_string(g.size()) + " ranks, expected " +
+                   std::to_string(n));
+  }
+  const std::vector<int>& parent = g.parents();
+  std::vector<int> roots;
+  for (int r = 0; r < n; ++r) {
+    const int p = parent[r];
+    if (p == -1) {
+      roots.push_back(r);
+    } else if (p < 0 || p >= n) {
+      return invalid("rank " + std::to_string(r) + ": parent " + std::to_string(p) +
+                     " out of range for " + std::to_string(n) + " ranks");
+    } else if (p == r) {
+      return invalid("rank " + std::to_string(r) + ": parent is itself");
+    }
+  }
+  if (roots.empty()) return invalid("no root: no rank has parent -1");
+  if (roots.size() > 1) {
+    std::string s = "more than one root: ranks";
+    for (size_t i = 0; i < roots.size(); ++i) s += (i ? ", " : " ") + std::to_string(roots[i]);
+    return invalid(s);
+  }
+
+  // With one root and every link in range, a walk up from any rank ends at the root unless
+  // it enters a cycle, so finding no cycle also proves every rank reaches the root.
+  enum : char { kUnseen, kOnPath, kReachesRoot };
+  std::vector<char> state(static_cast<size_t>(n), kUnseen);
+  std::vector<int> path;
+  for (int r = 0; r < n; ++r) {
+    path.clear();
+    int x = r;
+    while (x != -1 && state[x] == kUnseen) {
+      state[x] = kOnPath;
+      path.push_back(x);
+      x = parent[x];
+    }
+    if (x != -1 && state[x] == kOnPath) return invalid(describe_cycle(parent, x));
+    for (int y : path) state[y] = kReachesRoot;
+  }
+  return Status::ok();
+}
+
+Status validate_pair(const GraphPair& p, int n) {
+  if (Status s = validate_graph(p.reduce, n); !s.is_ok()) {
+    return invalid("reduce graph: " + s.message());
+  }
+  if (Status s = validate_graph(p.broadcast, n); !s.is_ok()) {
+    return invalid("broadcast graph: " + s.message());
+  }
+  if (p.broadcast.root() != p.reduce.root()) {
+    return invalid("broadcast graph rooted at " + std::to_string(p.broadcast.root()) +
+                   " but reduce graph ends at " + std::to_string(p.reduce.root()));
+  }
+  return Status::ok();
+}
+
+Strategy make_ring(int n) {
+  Strategy s{"ring", {}};
+  for (int k = 0; k < n; ++k) {
+    std::vector<int> up(static_cast<size_t>(n));
+    std::vector<int> down(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      up[r] = r == k ? -1 : (r + 1) % n;
+      down[r] = r == k ? -1 : (r - 1 + n) % n;
+    }
+    s.pairs.push_back({Graph(std::move(up)), Graph(std::move(down))});
+  }
+  return s;
+}
+
+Strategy make_tree(int n) {
+  Strategy s{"tree", {}};
+  if (n < 1) return s;
+  std::vector<int> parent(static_cast<size_t>(n));
+  parent[0] = -1;
+  for (int r = 1; r < n; ++r) parent[r] = (r - 1) / 2;
+  Graph g(std::move(parent));
+  s.pairs.push_back({g, g});
+  return s;
+}
+
+Strategy make_star(int n) {
+  Strategy s{"star", {}};
+  if (n < 1) return s;
+  std::vector<int> parent(static_cast<size_t>(n), 0);
+  parent[0] = -1;
+  Graph g(std::move(parent));
+  s.pairs.push_back({g, g});
+  return s;
+}
+
+Result<Strategy> make_strategy(std::string_view name, int n) {
+  if (n < 1) {
+    return invalid("strategy '" + std::string(name) + "' needs at least 1 rank, got " +
+                   std::to_string(n));
+  }
+  if (name == "ring") return make_ring(n);
+  if (name == "tree") return make_tree(n);
+  if (name == "star") return make_star(n);
+  return invalid("unknown strategy '" + std::string(name) + "' (known: ring, tree, star)");
+}
+
+std::vector<Graph> broadcast_graphs(const Strategy& s, int root) {
+  std::vector<Graph> out;
+  out.reserve(s.pairs.size());
+  for (const GraphPair& p : s.pairs) {
+    const Graph& g = p.broadcast;
+    if (g.size() == 0 || g.root() < 0) {
+      out.push_back(g);
+      continue;
+    }
+    out.push_back(g.rotated(mod(root - g.root(), g.size())));
+  }
+  return out;
+}
+
+}  // namespace taiji

@@ -1,1 +1,306 @@
 #include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "topology/graph.h"
+
+using namespace taiji;
+
+namespace {
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+void require_rejected(const Graph& g, int n, const std::string& fragment) {
+  Status s = validate_graph(g, n);
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.code() == Code::InvalidArgument);
+  INFO("message: " << s.message());
+  CHECK(contains(s.message(), fragment));
+}
+
+// Deliberately naive: walk up at most n steps from every rank.
+bool reference_valid(const std::vector<int>& parent, int n) {
+  if (static_cast<int>(parent.size()) != n || n < 1) return false;
+  int roots = 0;
+  int root = -1;
+  for (int r = 0; r < n; ++r) {
+    if (parent[r] == -1) {
+      ++roots;
+      root = r;
+    } else if (parent[r] < 0 || parent[r] >= n || parent[r] == r) {
+      return false;
+    }
+  }
+  if (roots != 1) return false;
+  for (int r = 0; r < n; ++r) {
+    int x = r;
+    for (int steps = 0; steps < n && x != root; ++steps) x = parent[x];
+    if (x != root) return false;
+  }
+  return true;
+}
+
+// Every rank's depth, or -1 for ranks whose walk does not reach the root.
+std::vector<int> depths(const Graph& g) {
+  std::vector<int> d(static_cast<size_t>(g.size()), -1);
+  for (int r = 0; r < g.size(); ++r) {
+    int x = r;
+    int steps = 0;
+    while (x != g.root() && x >= 0 && steps <= g.size()) {
+      x = g.parent(x);
+      ++steps;
+    }
+    if (x == g.root()) d[r] = steps;
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("built-in strategies validate for 1..8 ranks", "[graph]") {
+  for (int n = 1; n <= 8; ++n) {
+    for (const char* name : {"ring", "tree", "star"}) {
+      INFO(name << " n=" << n);
+      Result<Strategy> s = make_strategy(name, n);
+      REQUIRE(s.is_ok());
+      CHECK(s.value().name == name);
+      const size_t want_pairs = std::string(name) == "ring" ? static_cast<size_t>(n) : 1;
+      REQUIRE(s.value().pairs.size() == want_pairs);
+      for (const GraphPair& p : s.value().pairs) {
+        Status st = validate_pair(p, n);
+        INFO(st.message());
+        CHECK(st.is_ok());
+        // Children lists partition the non-root ranks, each list ascending.
+        for (const Graph* g : {&p.reduce, &p.broadcast}) {
+          size_t total = 0;
+          for (int r = 0; r < n; ++r) {
+            const std::vector<int>& ch = g->children(r);
+            CHECK(std::is_sorted(ch.begin(), ch.end()));
+            for (int c : ch) CHECK(g->parent(c) == r);
+            total += ch.size();
+          }
+          CHECK(total == static_cast<size_t>(n - 1));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ring pairs are rooted at k with exact chains", "[graph]") {
+  Strategy s = make_ring(4);
+  CHECK(s.name == "ring");
+  REQUIRE(s.pairs.size() == 4);
+  const std::vector<std::vector<int>> reduce = {
+      {-1, 2, 3, 0}, {1, -1, 3, 0}, {1, 2, -1, 0}, {1, 2, 3, -1}};
+  const std::vector<std::vector<int>> bcast = {
+      {-1, 0, 1, 2}, {3, -1, 1, 2}, {3, 0, -1, 2}, {3, 0, 1, -1}};
+  for (int k = 0; k < 4; ++k) {
+    INFO("pair " << k);
+    CHECK(s.pairs[k].reduce.root() == k);
+    CHECK(s.pairs[k].broadcast.root() == k);
+    CHECK(s.pairs[k].reduce.parents() == reduce[k]);
+    CHECK(s.pairs[k].broadcast.parents() == bcast[k]);
+  }
+  // Pair 1 reduces 2 -> 3 -> 0 -> 1: the chain starts at k+1, which has no children.
+  CHECK(s.pairs[1].reduce.children(2).empty());
+  CHECK(s.pairs[1].reduce.children(1) == std::vector<int>{0});
+  CHECK(s.pairs[1].broadcast.children(1) == std::vector<int>{2});
+  CHECK(s.pairs[1].broadcast.children(0).empty());
+}
+
+TEST_CASE("ring of one rank is a single root", "[graph]") {
+  Strategy s = make_ring(1);
+  REQUIRE(s.pairs.size() == 1);
+  CHECK(s.pairs[0].reduce.parents() == std::vector<int>{-1});
+  CHECK(s.pairs[0].broadcast.parents() == std::vector<int>{-1});
+  CHECK(s.pairs[0].reduce.root() == 0);
+  CHECK(validate_pair(s.pairs[0], 1).is_ok());
+}
+
+TEST_CASE("tree and star parents", "[graph]") {
+  Strategy t = make_tree(7);
+  CHECK(t.name == "tree");
+  REQUIRE(t.pairs.size() == 1);
+  CHECK(t.pairs[0].reduce.parents() == std::vector<int>{-1, 0, 0, 1, 1, 2, 2});
+  CHECK(t.pairs[0].broadcast.parents() == t.pairs[0].reduce.parents());
+  CHECK(t.pairs[0].reduce.children(0) == std::vector<int>{1, 2});
+  CHECK(t.pairs[0].reduce.children(2) == std::vector<int>{5, 6});
+  CHECK(t.pairs[0].reduce.children(3).empty());
+  CHECK(t.pairs[0].reduce.root() == 0);
+
+  Strategy s = make_star(5);
+  CHECK(s.name == "star");
+  REQUIRE(s.pairs.size() == 1);
+  CHECK(s.pairs[0].reduce.parents() == std::vector<int>{-1, 0, 0, 0, 0});
+  CHECK(s.pairs[0].broadcast.parents() == s.pairs[0].reduce.parents());
+  CHECK(s.pairs[0].reduce.children(0) == std::vector<int>{1, 2, 3, 4});
+
+  CHECK(make_tree(1).pairs[0].reduce.parents() == std::vector<int>{-1});
+  CHECK(make_star(1).pairs[0].reduce.parents() == std::vector<int>{-1});
+}
+
+TEST_CASE("unknown strategy names are rejected", "[graph]") {
+  Result<Strategy> s = make_strategy("mesh", 4);
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.status().code() == Code::InvalidArgument);
+  CHECK(contains(s.status().message(), "mesh"));
+  CHECK(contains(s.status().message(), "ring"));
+  CHECK(contains(s.status().message(), "tree"));
+  CHECK(contains(s.status().message(), "star"));
+  CHECK_FALSE(make_strategy("", 4).is_ok());
+  CHECK_FALSE(make_strategy("Ring", 4).is_ok());
+  CHECK_FALSE(make_strategy("ring", 0).is_ok());
+}
+
+TEST_CASE("rotated renames every rank", "[graph]") {
+  Graph tree = make_tree(5).pairs[0].reduce;  // {-1, 0, 0, 1, 1}
+  Graph r2 = tree.rotated(2);
+  CHECK(r2.parents() == std::vector<int>{3, 3, -1, 2, 2});
+  CHECK(r2.root() == 2);
+  CHECK(r2.children(2) == std::vector<int>{3, 4});
+  CHECK(r2.children(3) == std::vector<int>{0, 1});
+  CHECK(validate_graph(r2, 5).is_ok());
+
+  CHECK(tree.rotated(0).parents() == tree.parents());
+  CHECK(tree.rotated(5).parents() == tree.parents());
+  CHECK(tree.rotated(-3).parents() == r2.parents());
+  CHECK(tree.rotated(7).parents() == r2.parents());
+
+  // Ring pair k is pair 0 renamed by k.
+  Strategy ring = make_ring(6);
+  for (int k = 0; k < 6; ++k) {
+    CHECK(ring.pairs[0].reduce.rotated(k).parents() == ring.pairs[k].reduce.parents());
+    CHECK(ring.pairs[0].broadcast.rotated(k).parents() == ring.pairs[k].broadcast.parents());
+  }
+  CHECK(Graph().rotated(3).size() == 0);
+}
+
+TEST_CASE("broadcast_graphs are rooted at the requested rank", "[graph]") {
+  for (int n = 1; n <= 8; ++n) {
+    for (const char* name : {"ring", "tree", "star"}) {
+      Strategy s = make_strategy(name, n).value();
+      for (int root = 0; root < n; ++root) {
+        INFO(name << " n=" << n << " root=" << root);
+        std::vector<Graph> gs = broadcast_graphs(s, root);
+        REQUIRE(gs.size() == s.pairs.size());
+        for (size_t i = 0; i < gs.size(); ++i) {
+          CHECK(gs[i].root() == root);
+          CHECK(validate_graph(gs[i], n).is_ok());
+          // Same shape: the depth profile is the original's, renamed.
+          const int shift = ((root - s.pairs[i].broadcast.root()) % n + n) % n;
+          std::vector<int> d0 = depths(s.pairs[i].broadcast);
+          std::vector<int> d1 = depths(gs[i]);
+          for (int r = 0; r < n; ++r) CHECK(d1[(r + shift) % n] == d0[r]);
+        }
+      }
+    }
+  }
+  // A ring broadcast from 2 over 4 ranks: every pair becomes the chain 2 -> 3 -> 0 -> 1.
+  std::vector<Graph> gs = broadcast_graphs(make_ring(4), 2);
+  for (const Graph& g : gs) CHECK(g.parents() == std::vector<int>{3, 0, -1, 2});
+  CHECK(broadcast_graphs(make_tree(4), 3)[0].parents() == std::vector<int>{3, 3, 0, -1});
+}
+
+TEST_CASE("invalid graphs are rejected with the fault named", "[graph]") {
+  SECTION("two roots") {
+    require_rejected(Graph({-1, 0, -1, 2}), 4, "more than one root");
+    require_rejected(Graph({-1, 0, -1, 2}), 4, "ranks 0, 2");
+  }
+  SECTION("no root") {
+    require_rejected(Graph({1, 2, 0}), 3, "no root");
+  }
+  SECTION("parent out of range") {
+    require_rejected(Graph({-1, 0, 0, 7}), 4, "rank 3: parent 7 out of range for 4 ranks");
+    require_rejected(Graph({-1, -2}), 2, "rank 1: parent -2 out of range for 2 ranks");
+    require_rejected(Graph({4, -1, 1, 1}), 4, "rank 0: parent 4 out of range");
+  }
+  SECTION("self parent") {
+    require_rejected(Graph({-1, 1, 0}), 3, "rank 1: parent is itself");
+  }
+  SECTION("cycle") {
+    require_rejected(Graph({-1, 2, 1}), 3, "cycle through ranks 1 -> 2 -> 1");
+    require_rejected(Graph({-1, 0, 4, 2, 3}), 5, "cycle through ranks 2 -> 4 -> 3 -> 2");
+  }
+  SECTION("wrong size") {
+    require_rejected(Graph({-1, 0, 0}), 4, "graph has 3 ranks, expected 4");
+    require_rejected(Graph(), 2, "graph has 0 ranks, expected 2");
+    CHECK_FALSE(validate_graph(Graph(), 0).is_ok());
+  }
+  SECTION("pair with mismatched roots") {
+    GraphPair p{Graph({-1, 0, 0}), Graph({1, -1, 1})};
+    Status s = validate_pair(p, 3);
+    REQUIRE_FALSE(s.is_ok());
+    CHECK(s.code() == Code::InvalidArgument);
+    CHECK(contains(s.message(), "broadcast graph rooted at 1"));
+    CHECK(contains(s.message(), "reduce graph ends at 0"));
+  }
+  SECTION("pair names the invalid graph") {
+    GraphPair bad_reduce{Graph({-1, 2, 1}), Graph({-1, 0, 0})};
+    CHECK(contains(validate_pair(bad_reduce, 3).message(), "reduce graph: cycle"));
+    GraphPair bad_bcast{Graph({-1, 0, 0}), Graph({-1, -1, 0})};
+    CHECK(contains(validate_pair(bad_bcast, 3).message(), "broadcast graph: more than one"));
+  }
+}
+
+TEST_CASE("unvalidated graphs are safe to inspect", "[graph]") {
+  Graph g({5, 0, 2, -7, -1, -1});
+  CHECK(g.root() == 4);
+  CHECK(g.children(0) == std::vector<int>{1});
+  CHECK(g.children(2).empty());  // the self link is not a child
+  Graph none({1, 0});
+  CHECK(none.root() == -1);
+  CHECK(Graph().root() == -1);
+}
+
+TEST_CASE("random parent arrays agree with a reference check", "[graph]") {
+  std::mt19937 rng(20240611);
+  int valid = 0;
+  for (int iter = 0; iter < 10000; ++iter) {
+    const int n = std::uniform_int_distribution<int>(1, 9)(rng);
+    std::vector<int> parent(static_cast<size_t>(n));
+    if (iter % 2 == 0) {
+      // Arbitrary values, out-of-range ones included.
+      std::uniform_int_distribution<int> any(-3, n + 2);
+      for (int& p : parent) p = any(rng);
+    } else {
+      // A random tree with ranks shuffled, then sometimes one link changed; mostly valid,
+      // so the accepting paths get exercised too.
+      std::vector<int> order(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) order[i] = i;
+      std::shuffle(order.begin(), order.end(), rng);
+      parent[order[0]] = -1;
+      for (int i = 1; i < n; ++i) {
+        parent[order[i]] = order[std::uniform_int_distribution<int>(0, i - 1)(rng)];
+      }
+      if (iter % 3 == 0) {
+        parent[std::uniform_int_distribution<int>(0, n - 1)(rng)] =
+            std::uniform_int_distribution<int>(-1, n - 1)(rng);
+      }
+    }
+    const int claimed = (iter % 17 == 0) ? n + 1 : n;
+    Graph g(parent);
+    Status s = validate_graph(g, claimed);
+    const bool want = reference_valid(parent, claimed);
+    INFO("iteration " << iter << " message " << s.message());
+    REQUIRE(s.is_ok() == want);
+    if (!want) {
+      REQUIRE(s.code() == Code::InvalidArgument);
+      REQUIRE_FALSE(s.message().empty());
+      continue;
+    }
+    ++valid;
+    size_t total = 0;
+    for (int r = 0; r < n; ++r) total += g.children(r).size();
+    REQUIRE(total == static_cast<size_t>(n - 1));
+    const int shift = std::uniform_int_distribution<int>(-20, 20)(rng);
+    Graph rot = g.rotated(shift);
+    REQUIRE(validate_graph(rot, n).is_ok());
+    REQUIRE(rot.root() == ((g.root() + shift) % n + n) % n);
+  }
+  CHECK(valid > 2000);
+}
