@@ -1,1 +1,324 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/rendezvous.h"
+
+using namespace taiji;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int64_t ms_since(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+}
+
+std::unique_ptr<RendezvousServer> start_server(const std::string& host = "127.0.0.1",
+                                               uint16_t port = 0) {
+  auto r = RendezvousServer::start(host, port);
+  INFO(r.status().message());
+  REQUIRE(r.is_ok());
+  return std::move(r.value());
+}
+
+std::string addr(const RendezvousServer& s) { return "127.0.0.1:" + std::to_string(s.port()); }
+
+std::unique_ptr<RendezvousClient> connect_to(const std::string& address,
+                                             int64_t timeout_ms = 5000) {
+  auto r = RendezvousClient::connect(address, timeout_ms);
+  INFO(r.status().message());
+  REQUIRE(r.is_ok());
+  return std::move(r.value());
+}
+
+// A port that nothing listens on right now (it was free a moment ago).
+uint16_t free_port() {
+  auto s = start_server();
+  return s->port();
+}
+
+std::string u32le(uint32_t v) {
+  std::string s;
+  for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  return s;
+}
+
+struct RawSocket {
+  int fd = -1;
+  explicit RawSocket(uint16_t port) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  }
+  ~RawSocket() { close_now(); }
+  void close_now() {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  void send_bytes(const std::string& data) {
+    REQUIRE(send(fd, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size()));
+  }
+  // True when the server closed the connection within timeout_ms (any bytes before the
+  // end, such as a bad-request reply, are skipped).
+  bool closed_by_server(int timeout_ms) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    char buf[256];
+    for (;;) {
+      int left = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      if (left <= 0) return false;
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, left) <= 0) return false;
+      ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) return true;
+    }
+  }
+};
+
+void check_round_trip(RendezvousClient& c, const std::string& key, const std::string& value) {
+  REQUIRE(c.set(key, value).is_ok());
+  auto got = c.get(key, 2000);
+  INFO(got.status().message());
+  REQUIRE(got.is_ok());
+  CHECK(got.value() == value);
+}
+
+}  // namespace
+
+TEST_CASE("rendezvous set then get returns the value", "[rendezvous]") {
+  auto server = start_server();
+  CHECK(server->port() != 0);
+  auto c = connect_to(addr(*server));
+  check_round_trip(*c, "a", "1");
+  check_round_trip(*c, "empty", "");
+  check_round_trip(*c, std::string(1024, 'k'), std::string(64 * 1024, 'v'));
+  // A later set replaces the value.
+  check_round_trip(*c, "a", "2");
+
+  auto other = connect_to(addr(*server));
+  auto got = other->get("a", 1000);
+  REQUIRE(got.is_ok());
+  CHECK(got.value() == "2");
+}
+
+TEST_CASE("rendezvous accepts hostnames", "[rendezvous]") {
+  auto server = start_server("localhost", 0);
+  auto c = connect_to("localhost:" + std::to_string(server->port()));
+  check_round_trip(*c, "host", "name");
+  // Peers are usually handed 127.0.0.1 even when the store was started as "localhost".
+  auto v4 = connect_to("127.0.0.1:" + std::to_string(server->port()));
+  check_round_trip(*v4, "host", "v4");
+}
+
+TEST_CASE("rendezvous get blocks until another client sets the key", "[rendezvous]") {
+  auto server = start_server();
+  auto reader = connect_to(addr(*server));
+  auto writer = connect_to(addr(*server));
+  auto t0 = Clock::now();
+  auto setter = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    return writer->set("late", "value").is_ok();
+  });
+  auto got = reader->get("late", 10000);
+  auto elapsed = ms_since(t0);
+  REQUIRE(setter.get());
+  INFO(got.status().message());
+  REQUIRE(got.is_ok());
+  CHECK(got.value() == "value");
+  CHECK(elapsed >= 100);
+  CHECK(elapsed < 5000);
+}
+
+TEST_CASE("rendezvous get of a missing key times out", "[rendezvous]") {
+  auto server = start_server();
+  auto c = connect_to(addr(*server));
+  auto t0 = Clock::now();
+  auto got = c->get("never", 200);
+  auto elapsed = ms_since(t0);
+  REQUIRE_FALSE(got.is_ok());
+  CHECK(got.status().code() == Code::Timeout);
+  CHECK(got.status().message().find("never") != std::string::npos);
+  CHECK(elapsed >= 150);
+  CHECK(elapsed < 3000);
+
+  // A zero timeout answers at once.
+  got = c->get("never", 0);
+  CHECK(got.status().code() == Code::Timeout);
+
+  // The connection stays usable after a timeout.
+  check_round_trip(*c, "after", "timeout");
+}
+
+TEST_CASE("rendezvous serves many clients at once", "[rendezvous]") {
+  auto server = start_server();
+  constexpr int kClients = 16;
+  std::vector<std::future<std::string>> results;
+  for (int i = 0; i < kClients; ++i) {
+    results.push_back(std::async(std::launch::async, [&, i]() -> std::string {
+      auto cr = RendezvousClient::connect(addr(*server), 5000);
+      if (!cr.is_ok()) return "connect: " + cr.status().message();
+      auto& c = *cr.value();
+      // Readers of later ranks start before those ranks publish.
+      for (int j = 0; j < i; ++j) {
+        auto got = c.get("rank/" + std::to_string(j), 10000);
+        if (!got.is_ok()) return "early get: " + got.status().message();
+      }
+      Status s = c.set("rank/" + std::to_string(i), "addr-" + std::to_string(i));
+      if (!s.is_ok()) return "set: " + s.message();
+      for (int j = 0; j < kClients; ++j) {
+        auto got = c.get("rank/" + std::to_string(j), 10000);
+        if (!got.is_ok()) return "get: " + got.status().message();
+        if (got.value() != "addr-" + std::to_string(j)) return "wrong value " + got.value();
+      }
+      return "";
+    }));
+  }
+  for (auto& r : results) {
+    REQUIRE(r.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    CHECK(r.get() == "");
+  }
+}
+
+TEST_CASE("rendezvous survives misbehaving clients", "[rendezvous]") {
+  auto server = start_server();
+  auto good = connect_to(addr(*server));
+  auto waiter = connect_to(addr(*server));
+  // A get parked across all the abuse below must still be answered.
+  auto parked = std::async(std::launch::async, [&] { return waiter->get("final", 10000); });
+
+  RawSocket silent(server->port());  // connects and sends nothing
+
+  RawSocket half(server->port());  // half a request, then stays
+  half.send_bytes(std::string("S") + u32le(10) + "abc");
+
+  {
+    RawSocket gone(server->port());  // disconnects mid-request
+    gone.send_bytes(std::string("G") + u32le(5) + "ke");
+  }
+  {
+    RawSocket gone_parked(server->port());  // disconnects while its get is parked
+    gone_parked.send_bytes(std::string("G") + u32le(4) + "nope" + u32le(60000));
+  }
+  check_round_trip(*good, "k1", "v1");
+
+  RawSocket garbage(server->port());
+  garbage.send_bytes("hello, this is not the protocol\n");
+  CHECK(garbage.closed_by_server(5000));
+
+  RawSocket long_key(server->port());
+  long_key.send_bytes(std::string("G") + u32le(1025));
+  CHECK(long_key.closed_by_server(5000));
+
+  RawSocket huge_key(server->port());
+  huge_key.send_bytes(std::string("S") + u32le(0xffffffffu));
+  CHECK(huge_key.closed_by_server(5000));
+
+  RawSocket long_value(server->port());
+  long_value.send_bytes(std::string("S") + u32le(1) + "k" + u32le(64 * 1024 + 1));
+  CHECK(long_value.closed_by_server(5000));
+
+  check_round_trip(*good, "k2", "v2");
+  // The well-formed neighbours were left alone.
+  CHECK_FALSE(silent.closed_by_server(50));
+  CHECK_FALSE(half.closed_by_server(50));
+
+  // The half request can be completed later.
+  half.send_bytes(std::string("defghij") + u32le(1) + "x");
+  char reply[5];
+  pollfd p{half.fd, POLLIN, 0};
+  REQUIRE(poll(&p, 1, 5000) == 1);
+  REQUIRE(recv(half.fd, reply, sizeof(reply), MSG_WAITALL) == 5);
+  CHECK(reply[0] == 0);
+  auto got = good->get("abcdefghij", 1000);
+  REQUIRE(got.is_ok());
+  CHECK(got.value() == "x");
+
+  REQUIRE(good->set("final", "done").is_ok());
+  REQUIRE(parked.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  auto final_value = parked.get();
+  INFO(final_value.status().message());
+  REQUIRE(final_value.is_ok());
+  CHECK(final_value.value() == "done");
+}
+
+TEST_CASE("rendezvous client rejects oversized keys and values", "[rendezvous]") {
+  auto server = start_server();
+  auto c = connect_to(addr(*server));
+  CHECK(c->set(std::string(1025, 'k'), "v").code() == Code::InvalidArgument);
+  CHECK(c->set("k", std::string(64 * 1024 + 1, 'v')).code() == Code::InvalidArgument);
+  CHECK(c->get(std::string(1025, 'k'), 10).status().code() == Code::InvalidArgument);
+  check_round_trip(*c, "still", "fine");
+}
+
+TEST_CASE("rendezvous client retries until the server starts", "[rendezvous]") {
+  uint16_t port = free_port();
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  auto t0 = Clock::now();
+  auto client = std::async(std::launch::async,
+                           [&] { return RendezvousClient::connect(address, 10000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto server = start_server("127.0.0.1", port);
+  REQUIRE(client.wait_for(std::chrono::seconds(15)) == std::future_status::ready);
+  auto cr = client.get();
+  INFO(cr.status().message());
+  REQUIRE(cr.is_ok());
+  CHECK(ms_since(t0) >= 250);
+  check_round_trip(*cr.value(), "late", "server");
+}
+
+TEST_CASE("rendezvous connect to a closed port fails within its deadline", "[rendezvous]") {
+  uint16_t port = free_port();
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  auto t0 = Clock::now();
+  auto cr = RendezvousClient::connect(address, 300);
+  auto elapsed = ms_since(t0);
+  REQUIRE_FALSE(cr.is_ok());
+  CHECK(cr.status().code() == Code::Bootstrap);
+  CHECK(cr.status().message().find(address) != std::string::npos);
+  CHECK(elapsed >= 250);
+  CHECK(elapsed < 3000);
+
+  auto bad = RendezvousClient::connect("no-port-here", 100);
+  CHECK(bad.status().code() == Code::Bootstrap);
+  bad = RendezvousClient::connect("127.0.0.1:0", 100);
+  CHECK(bad.status().code() == Code::Bootstrap);
+}
+
+TEST_CASE("rendezvous server shutdown fails waiting clients promptly", "[rendezvous]") {
+  auto server = start_server();
+  auto c = connect_to(addr(*server));
+  auto t0 = Clock::now();
+  auto waiting = std::async(std::launch::async, [&] { return c->get("never", 20000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server.reset();
+  REQUIRE(waiting.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  auto got = waiting.get();
+  REQUIRE_FALSE(got.is_ok());
+  CHECK(got.status().code() == Code::Bootstrap);
+  CHECK(ms_since(t0) < 5000);
+  // The broken connection reports itself instead of hanging.
+  CHECK(c->set("k", "v").code() == Code::Bootstrap);
+}
+
+TEST_CASE("rendezvous server refuses an address in use", "[rendezvous]") {
+  auto server = start_server();
+  auto second = RendezvousServer::start("127.0.0.1", server->port());
+  REQUIRE_FALSE(second.is_ok());
+  CHECK(second.status().code() == Code::Bootstrap);
+  CHECK(second.status().message().find(std::to_string(server->port())) != std::string::npos);
+}

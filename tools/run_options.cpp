@@ -1,0 +1,157 @@
+#include "run_options.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace taiji_run {
+
+namespace {
+
+const char kUsage[] =
+    "usage: taiji-run -np N [options] [--] prog [args...]\n"
+    "       taiji-run --hosts h1:n1,h2:n2,... --self hK [options] [--] prog [args...]\n"
+    "\n"
+    "Starts the ranks of a taiji job. Each rank gets TAIJI_RANK, TAIJI_WORLD_SIZE,\n"
+    "TAIJI_LOCAL_RANK, TAIJI_LOCAL_SIZE, TAIJI_RENDEZVOUS, TAIJI_RENDEZVOUS_HOST=0,\n"
+    "TAIJI_JOB_ID and TAIJI_LISTEN_HOST; its output is printed prefixed with \"[rank] \".\n"
+    "If one rank fails, the others get SIGTERM (SIGKILL 3 s later) and taiji-run exits\n"
+    "with the failing rank's code (128 + signal number when it was killed).\n"
+    "\n"
+    "options:\n"
+    "  -np N             number of ranks (single host: required; with --hosts: optional,\n"
+    "                    must equal the sum of the counts)\n"
+    "  --hosts LIST      multi-host job: host:count entries in rank order (the ranks of the\n"
+    "                    first entry come first). Every host runs the same command with its\n"
+    "                    own --self; the first host serves the rendezvous on its address.\n"
+    "  --self HOST       this host's entry in --hosts (also its TAIJI_LISTEN_HOST)\n"
+    "  --port P          rendezvous port (default: 29400 with --hosts, any free port without)\n"
+    "  --job-id ID       TAIJI_JOB_ID (default: job-<pid>-<time>)\n"
+    "  --timeout SECS    stop the job after SECS seconds and exit with code 124\n"
+    "  --no-tag          pass output lines through without the rank prefix\n"
+    "  -h, --help        print this help\n";
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "taiji-run: %s\n\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+bool parse_int(const std::string& s, long min, long max, long* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < min || v > max) return false;
+  *out = v;
+  return true;
+}
+
+std::string unbracketed(const std::string& host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    return host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+std::vector<HostEntry> parse_hosts(const std::string& list) {
+  std::vector<HostEntry> hosts;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    std::string item = list.substr(start, comma == std::string::npos ? comma : comma - start);
+    size_t colon = item.rfind(':');
+    long n = 0;
+    if (colon == std::string::npos || colon == 0 ||
+        !parse_int(item.substr(colon + 1), 1, 1 << 20, &n)) {
+      usage_error("bad --hosts entry '" + item + "' (expected host:count, count >= 1)");
+    }
+    hosts.push_back({unbracketed(item.substr(0, colon)), static_cast<int>(n)});
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return hosts;
+}
+
+}  // namespace
+
+Options parse_run_options(int argc, char** argv) {
+  Options o;
+  bool have_hosts = false;
+  int i = 1;
+  auto value = [&](const std::string& arg, const std::string& name) -> std::string {
+    if (arg.size() > name.size() && arg[name.size()] == '=') return arg.substr(name.size() + 1);
+    if (i + 1 >= argc) usage_error(name + " needs a value");
+    return argv[++i];
+  };
+  auto is = [](const std::string& arg, const std::string& name) {
+    return arg == name || arg.rfind(name + "=", 0) == 0;
+  };
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    long n = 0;
+    if (arg == "--") {
+      ++i;
+      break;
+    } else if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (is(arg, "-np")) {
+      std::string v = value(arg, "-np");
+      if (!parse_int(v, 1, 1 << 20, &n)) usage_error("bad -np '" + v + "'");
+      o.np = static_cast<int>(n);
+    } else if (is(arg, "--hosts")) {
+      o.hosts = parse_hosts(value(arg, "--hosts"));
+      have_hosts = true;
+    } else if (is(arg, "--self")) {
+      o.self = unbracketed(value(arg, "--self"));
+    } else if (is(arg, "--port")) {
+      std::string v = value(arg, "--port");
+      if (!parse_int(v, 0, 65535, &n)) usage_error("bad --port '" + v + "'");
+      o.port = static_cast<int>(n);
+    } else if (is(arg, "--job-id")) {
+      o.job_id = value(arg, "--job-id");
+      if (o.job_id.empty()) usage_error("--job-id must not be empty");
+    } else if (is(arg, "--timeout")) {
+      std::string v = value(arg, "--timeout");
+      char* end = nullptr;
+      o.timeout_s = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(o.timeout_s > 0) || o.timeout_s > 1e9) {
+        usage_error("bad --timeout '" + v + "' (seconds, > 0)");
+      }
+    } else if (arg == "--no-tag") {
+      o.tag = false;
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      usage_error("unknown option '" + arg + "'");
+    } else {
+      break;
+    }
+  }
+  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  if (o.command.empty()) usage_error("no program given");
+  if (have_hosts) {
+    if (o.self.empty()) usage_error("--hosts needs --self (this host's entry)");
+    long sum = 0;
+    int matches = 0;
+    for (const auto& h : o.hosts) {
+      sum += h.count;
+      matches += h.host == o.self;
+    }
+    if (sum > (1 << 20)) usage_error("--hosts lists more than 1048576 ranks");
+    if (matches != 1) usage_error("--self '" + o.self + "' must name exactly one --hosts entry");
+    if (o.np != -1 && o.np != sum) {
+      usage_error("-np " + std::to_string(o.np) + " differs from the " + std::to_string(sum) +
+                  " ranks listed in --hosts");
+    }
+    o.np = static_cast<int>(sum);
+    if (o.port == 0) usage_error("--port must be 1..65535 with --hosts");
+    if (o.port < 0) o.port = 29400;
+  } else {
+    if (!o.self.empty()) usage_error("--self needs --hosts");
+    if (o.np < 1) usage_error("-np N is required");
+    if (o.port < 0) o.port = 0;
+  }
+  return o;
+}
+
+}  // namespace taiji_run

@@ -1,0 +1,30 @@
+// Command line of taiji-run; see kUsage in run_options.cpp for the meaning of each option.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace taiji_run {
+
+struct HostEntry {
+  std::string host;  // without [] around an IPv6 address
+  int count = 0;
+};
+
+struct Options {
+  int np = -1;
+  std::vector<HostEntry> hosts;
+  std::string self;
+  int port = -1;
+  std::string job_id;
+  double timeout_s = 0;
+  bool tag = true;
+  std::vector<std::string> command;
+};
+
+// Parses and validates; prints the usage and exits with 2 on bad usage, 0 after --help.
+// With --hosts, np is the sum of the counts and port defaults to 29400; without, port
+// defaults to 0 (any free port).
+Options parse_run_options(int argc, char** argv);
+
+}  // namespace taiji_run
