@@ -248,6 +248,10 @@ void OpEngine::fail(Active& op, const Status& why) {
 
 void OpEngine::maybe_finish(Active& op) {
   if (op.finished || !(op.failed || op.op->done()) || op.writes > 0 || op.receiving > 0) return;
+  // A broadcast root is done locally at once but still owes chunks held for Ready.
+  for (const auto& held : op.held) {
+    if (!held.empty()) return;
+  }
   op.finished = true;
   auto it = ops_.find(op.key);
   std::unique_ptr<Active> owned = std::move(it->second);
