@@ -194,7 +194,8 @@ typedef struct taiji_op_options {
  *    completed for the name), ERR_FINALIZED, ERR_NO_MEMORY.
  *  - Asynchronous errors (reported by the request and callback): ERR_TIMEOUT,
  *    ERR_MISMATCH (peers posted the name with a different count, dtype, op, root or
- *    topology; every peer gets it), ERR_PEER_LOST, ERR_ABORTED, ERR_PROTOCOL.
+ *    topology; for allreduce and barrier every peer gets it, for broadcast every peer
+ *    next to the disagreement), ERR_PEER_LOST, ERR_ABORTED, ERR_PROTOCOL.
  */
 
 /* recvbuf[i] = op over peers of sendbuf[i], for i < count. sendbuf == recvbuf is in-place.

@@ -32,6 +32,7 @@ CollectiveOp::CollectiveOp(CollectiveSpec spec) : spec_(std::move(spec)) {
   chunk_begin_ = plan_chunks(spec_.count, elem_, graphs, spec_.chunk_bytes);
   chunk_state_.resize(chunks());
   std::set<int> sources;
+  std::set<int> destinations;
   for (uint32_t c = 0; c < chunks(); ++c) {
     Chunk& ch = chunk_state_[c];
     if (spec_.kind == OpKind::Broadcast) {
@@ -44,11 +45,15 @@ CollectiveOp::CollectiveOp(CollectiveSpec spec) : spec_(std::move(spec)) {
       ch.arrived.assign(kids.size(), false);
       ch.pending = kids.size();
       sources.insert(kids.begin(), kids.end());
+      if (ch.reduce->parent(spec_.rank) >= 0) destinations.insert(ch.reduce->parent(spec_.rank));
     }
     int parent = ch.bcast->parent(spec_.rank);
     if (parent >= 0) sources.insert(parent);
+    const auto& down = ch.bcast->children(spec_.rank);
+    destinations.insert(down.begin(), down.end());
   }
   sources_.assign(sources.begin(), sources.end());
+  destinations_.assign(destinations.begin(), destinations.end());
 }
 
 uint8_t* CollectiveOp::chunk_ptr(uint32_t c) const {

@@ -56,6 +56,8 @@ class CollectiveOp {
   uint32_t chunks() const { return static_cast<uint32_t>(chunk_begin_.size() - 1); }
   // Ranks that send data to this one during the op (ascending, no duplicates).
   const std::vector<int>& sources() const { return sources_; }
+  // Ranks this one sends data to during the op (ascending, no duplicates).
+  const std::vector<int>& destinations() const { return destinations_; }
 
   // Starts the op and appends the sends that can go at once.
   void start(std::vector<ChunkSend>* out);
@@ -91,6 +93,7 @@ class CollectiveOp {
   std::vector<Graph> bcast_graphs_;    // broadcast only: renamed to the root
   std::vector<Chunk> chunk_state_;
   std::vector<int> sources_;
+  std::vector<int> destinations_;
   uint32_t final_chunks_ = 0;
 };
 

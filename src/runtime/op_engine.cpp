@@ -113,11 +113,6 @@ void OpEngine::start(PostedOp posted) {
 
 void OpEngine::begin(Active& op) {
   if (!closed_.is_ok()) return fail(op, closed_);
-  for (int r = 0; r < opt_.size; ++r) {
-    if (departed_[r]) {
-      return fail(op, {Code::PeerLost, op.title() + ": rank " + std::to_string(r) + " has finalized"});
-    }
-  }
   auto early_it = early_.find(op.key);
   if (early_it != early_.end() && !early_it->second.abort.is_ok()) {
     return fail(op, early_it->second.abort);
@@ -130,7 +125,10 @@ void OpEngine::begin(Active& op) {
   }
   std::vector<ChunkSend> sends;
   op.op->start(&sends);
-  if (early_it == early_.end()) return dispatch(op, sends);
+  if (early_it == early_.end()) {
+    dispatch(op, sends);
+    return fail_if_departed(op);
+  }
   Early& e = early_it->second;
   for (const FrameHeader& h : e.readies) on_ready(op, h);
   e.readies.clear();
@@ -143,6 +141,21 @@ void OpEngine::begin(Active& op) {
   for (auto& d : arrived) {
     release_early_bytes(d->payload.size());
     if (!op.failed) deliver(op, static_cast<int>(d->header.src_rank), d->header, d->payload.data());
+  }
+  fail_if_departed(op);
+}
+
+void OpEngine::fail_if_departed(Active& op) {
+  // A rank that finalized sent everything it ever will before its Bye; an op still
+  // waiting on it, or still owing it data, cannot finish.
+  auto waiting = op.op->waiting_on();
+  for (int r : op.op->destinations()) {
+    if (!op.ready_from[r]) waiting.push_back(r);
+  }
+  for (int r : waiting) {
+    if (departed_[r]) {
+      return fail(op, {Code::PeerLost, op.title() + ": rank " + std::to_string(r) + " has finalized"});
+    }
   }
 }
 
@@ -158,6 +171,9 @@ void OpEngine::dispatch(Active& op, std::vector<ChunkSend>& sends) {
 }
 
 void OpEngine::send_chunk(Active& op, const ChunkSend& s) {
+  if (departed_[s.dst]) {
+    return fail(op, {Code::PeerLost, op.title() + ": rank " + std::to_string(s.dst) + " has finalized"});
+  }
   OutMessage m;
   m.header = header_for(op, MsgType::Data);
   m.header.chunk = s.chunk;
@@ -248,9 +264,13 @@ void OpEngine::fail(Active& op, const Status& why) {
 
 void OpEngine::maybe_finish(Active& op) {
   if (op.finished || !(op.failed || op.op->done()) || op.writes > 0 || op.receiving > 0) return;
-  // A broadcast root is done locally at once but still owes chunks held for Ready.
-  for (const auto& held : op.held) {
-    if (!held.empty()) return;
+  // Every rank this op sends to must have posted it too (its Ready arrived and matched):
+  // a broadcast root, done locally at once, still owes chunks held for Ready, and a
+  // disagreement about the op must reach both ends of every edge.
+  if (!op.failed) {
+    for (int r : op.op->destinations()) {
+      if (!op.ready_from[r]) return;
+    }
   }
   op.finished = true;
   auto it = ops_.find(op.key);
@@ -384,19 +404,22 @@ void OpEngine::link_down(int src, bool graceful, const Status& why) {
     departed_[src] = true;
     for (const Key& key : keys) {
       auto it = ops_.find(key);
-      if (it == ops_.end()) continue;
-      Active& op = *it->second;
-      auto waiting = op.op->waiting_on();
-      if (std::find(waiting.begin(), waiting.end(), src) != waiting.end() || !op.held[src].empty()) {
-        fail(op, {Code::PeerLost, op.title() + ": rank " + std::to_string(src) +
-                                      " finalized while the op was in flight"});
-      }
+      if (it != ops_.end() && !it->second->failed) fail_if_departed(*it->second);
     }
   }
   for (const Key& key : keys) {
     auto it = ops_.find(key);
     if (it != ops_.end()) maybe_finish(*it->second);
   }
+}
+
+void OpEngine::transport_closed() {
+  for (auto& op : rx_op_) {
+    if (op != nullptr) op->receiving--;
+    op = nullptr;
+  }
+  std::fill(rx_early_.begin(), rx_early_.end(), nullptr);
+  fail_all(closed_.is_ok() ? Status{Code::Finalized, "peer closed"} : closed_);
 }
 
 void OpEngine::fail_all(const Status& why) {

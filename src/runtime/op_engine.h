@@ -50,6 +50,8 @@ class OpEngine final : public ReceiveHandler {
   // Fails every op (abort, finalize timeout, fatal error); later posts fail with `why`.
   void fail_all(const Status& why);
   bool idle() const { return ops_.empty(); }
+  // The transport closed every link: nothing more arrives into any op's buffers.
+  void transport_closed();
 
   Status accept_frame(int src, const FrameHeader& h, const std::string& name,
                       uint8_t** target) override;
@@ -73,6 +75,7 @@ class OpEngine final : public ReceiveHandler {
   // Only the entry points (start, frame_done, link_down, tick, fail_all and write
   // completions) call maybe_finish, as their last touch of an op: it may destroy it.
   void begin(Active& op);
+  void fail_if_departed(Active& op);
   void dispatch(Active& op, std::vector<ChunkSend>& sends);
   void send_chunk(Active& op, const ChunkSend& s);
   void on_ready(Active& op, const FrameHeader& h);

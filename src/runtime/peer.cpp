@@ -1,5 +1,8 @@
 #include "runtime/peer.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <future>
@@ -88,7 +91,16 @@ Status Peer::bootstrap() {
     }
   }
   uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Peer*>(t->data)->on_tick(); }, kTickMs, kTickMs);
-  thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+  thread_ = std::thread([this] {
+    // A write to a connection the peer just closed raises SIGPIPE in the writing thread;
+    // blocked here, it stays pending and the write fails with EPIPE instead of killing
+    // the process. Only this thread writes to peers' sockets.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    uv_run(&loop_, UV_RUN_DEFAULT);
+  });
   if (config_.size == 1) return {};
   auto connected = std::make_shared<std::promise<Status>>();
   auto result = connected->get_future();
@@ -279,6 +291,7 @@ void Peer::on_links_closed() {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     loop_closed_ = true;
   }
+  engine_->transport_closed();
   // Ops posted just before the close still complete (with an error), never vanish.
   drain_inbox();
   uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
