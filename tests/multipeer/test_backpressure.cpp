@@ -1,0 +1,74 @@
+// Early arrivals are bounded: with a cap far below what one peer sends ahead, the
+// receiver stops reading that connection instead of buffering, and everything still
+// completes once it posts the ops.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+#include "harness.h"
+
+using namespace taiji_test;
+
+namespace {
+
+// Sets an environment variable for the peers created inside one test, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("backpressure: a sender far ahead of its receiver is throttled, not buffered",
+          "[backpressure]") {
+  // 128 KiB of early-arrival space against 200 ops x 16 KiB (3.2 MiB) sent ahead.
+  ScopedEnv cap("TAIJI_UNEXPECTED_BYTES", "128K");
+  constexpr int kOps = 200;
+  constexpr size_t kCount = 4096;  // 16 KiB of i32: eager, so it travels before the post
+  Failures failures;
+  auto lines = run_peers(2, [&](taiji_peer_t* peer, int rank) {
+    std::vector<std::vector<int32_t>> bufs(kOps, std::vector<int32_t>(kCount));
+    std::vector<taiji_request_t*> reqs(kOps, nullptr);
+    // Rank 0 arrives late and posts in reverse order, so the ops whose data fills the
+    // buffer are the last it reaches.
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    taiji_op_options_t opt = TAIJI_OP_OPTIONS_INIT;
+    opt.timeout_ms = 20000;
+    for (int k = 0; k < kOps; ++k) {
+      int i = rank == 0 ? kOps - 1 - k : k;
+      for (size_t j = 0; j < kCount; ++j) bufs[i][j] = static_cast<int32_t>(i * 7 + j + rank);
+      std::string name = "bp/" + std::to_string(i);
+      taiji_status_t s = taiji_allreduce(peer, name.c_str(), bufs[i].data(), bufs[i].data(), kCount,
+                                         TAIJI_I32, TAIJI_SUM, &opt, &reqs[i]);
+      failures.expect_status(rank, "post " + name, s, TAIJI_OK);
+    }
+    for (int i = 0; i < kOps; ++i) {
+      if (reqs[i] == nullptr) continue;
+      taiji_status_t s = taiji_request_wait(reqs[i], 30000);
+      taiji_request_free(reqs[i]);
+      if (!failures.expect_status(rank, "op " + std::to_string(i), s, TAIJI_OK)) continue;
+      for (size_t j = 0; j < kCount; ++j) {
+        int32_t want = static_cast<int32_t>(2 * (i * 7 + j) + 1);
+        if (bufs[i][j] != want) {
+          failures.add(rank, "op " + std::to_string(i) + " element " + std::to_string(j) + " is " +
+                                 std::to_string(bufs[i][j]) + ", want " + std::to_string(want));
+          break;
+        }
+      }
+    }
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
