@@ -8,6 +8,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 
 #include "runtime/config.h"
 #include "runtime/peer.h"
@@ -22,6 +23,8 @@ struct taiji_peer {
 
 struct taiji_request {
   std::shared_ptr<taiji::RequestState> state;
+  // The owning peer's I/O thread: waiting there would stop the loop that completes it.
+  std::thread::id io_thread;
 };
 
 namespace {
@@ -99,6 +102,9 @@ taiji_status_t post(taiji_peer_t* peer, taiji::PostArgs args, const taiji_op_opt
     taiji::Status s = read_options(options, &opt);
     if (!s.is_ok()) return record(peer, s);
     if (opt.timeout_ms < 0) return invalid(peer, "options.timeout_ms is negative");
+    if (request == nullptr && peer->impl->on_io_thread()) {
+      return invalid(peer, "a blocking call from a completion callback would deadlock; pass a request");
+    }
     args.version = opt.version;
     args.timeout_ms = opt.timeout_ms;
     if (opt.topology != nullptr) args.topology = opt.topology;
@@ -110,7 +116,7 @@ taiji_status_t post(taiji_peer_t* peer, taiji::PostArgs args, const taiji_op_opt
     auto posted = peer->impl->post(std::move(args));
     if (!posted.is_ok()) return record(peer, posted.status());
     if (request != nullptr) {
-      *request = new taiji_request{posted.value()};
+      *request = new taiji_request{posted.value(), peer->impl->io_thread_id()};
       return TAIJI_OK;
     }
     taiji::Status result;
@@ -311,6 +317,7 @@ taiji_status_t taiji_request_test(taiji_request_t* request) {
 
 taiji_status_t taiji_request_wait(taiji_request_t* request, int64_t timeout_ms) {
   if (request == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (request->io_thread == std::this_thread::get_id()) return TAIJI_ERR_INVALID_ARGUMENT;
   taiji::Status s;
   return request->state->wait_for(timeout_ms, &s) ? to_c(s) : TAIJI_IN_PROGRESS;
 }

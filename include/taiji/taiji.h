@@ -93,7 +93,8 @@ typedef struct taiji_request taiji_request_t; /* one posted asynchronous operati
 
 /* Completion callback. Runs on the peer's I/O thread exactly once when the op completes
  * (successfully or not); it must not block and must not wait on other taiji requests. It
- * may post new operations. */
+ * may post new operations with a request (a blocking call or a wait made from a callback
+ * returns TAIJI_ERR_INVALID_ARGUMENT instead of deadlocking the I/O thread). */
 typedef void (*taiji_callback_t)(taiji_status_t status, void *user_data);
 
 /* ---- versions ----------------------------------------------------------------------- */
@@ -149,8 +150,10 @@ TAIJI_API taiji_status_t taiji_peer_finalize(taiji_peer_t *peer);
  * wait for peers. Safe to call from any thread, also from a completion callback. */
 TAIJI_API taiji_status_t taiji_peer_abort(taiji_peer_t *peer);
 
-/* Finalizes if needed (with abort semantics if ops are still running), then frees the
- * peer. Requests still held by the caller stay valid until freed. Accepts NULL. */
+/* Frees the peer. If it was not finalized, ops still running fail with ERR_ABORTED and
+ * the links close with a goodbye, so other peers see this one leave (ops that need it
+ * fail with ERR_PEER_LOST) rather than crash. Requests still held by the caller stay
+ * valid until freed. Accepts NULL. Do not call it from a completion callback. */
 TAIJI_API void taiji_peer_destroy(taiji_peer_t *peer);
 
 /* Rank and world size; -1 for NULL. Never block. */

@@ -13,6 +13,9 @@ namespace {
 // links dropped, so the caller's request can complete and release the buffers.
 constexpr uint64_t kStuckFailureMs = 1000;
 constexpr uint64_t kMaxAbortReason = 4096;
+// What one held early item costs against the early-arrival cap beyond its payload, so
+// that a flood of empty frames for unposted ops is bounded too.
+constexpr uint64_t kEarlyItemCost = 128;
 
 std::string kind_name(OpKind k) {
   switch (k) {
@@ -112,10 +115,11 @@ void OpEngine::start(PostedOp posted) {
 }
 
 void OpEngine::begin(Active& op) {
-  if (!closed_.is_ok()) return fail(op, closed_);
   auto early_it = early_.find(op.key);
-  if (early_it != early_.end() && !early_it->second.abort.is_ok()) {
-    return fail(op, early_it->second.abort);
+  if (!closed_.is_ok() || (early_it != early_.end() && !early_it->second.abort.is_ok())) {
+    Status why = closed_.is_ok() ? early_it->second.abort : closed_;
+    discard_early(op.key);
+    return fail(op, why);
   }
   for (int src : op.op->sources()) {
     OutMessage m;
@@ -129,20 +133,55 @@ void OpEngine::begin(Active& op) {
     dispatch(op, sends);
     return fail_if_departed(op);
   }
-  Early& e = early_it->second;
-  for (const FrameHeader& h : e.readies) on_ready(op, h);
-  e.readies.clear();
-  std::vector<std::unique_ptr<EarlyData>> still_arriving;
+  std::vector<FrameHeader> readies = std::move(early_it->second.readies);
   std::vector<std::unique_ptr<EarlyData>> arrived;
-  for (auto& d : e.data) (d->complete ? arrived : still_arriving).push_back(std::move(d));
-  e.data = std::move(still_arriving);
-  if (e.data.empty()) early_.erase(early_it);
+  auto& list = early_it->second.data;
+  for (auto d = list.begin(); d != list.end();) {
+    if ((*d)->complete) {
+      arrived.push_back(std::move(*d));
+      d = list.erase(d);
+    } else {
+      ++d;  // still arriving: frame_done hands it over
+    }
+  }
+  if (list.empty()) early_.erase(early_it);
+  release_early_bytes(readies.size() * kEarlyItemCost);
+  for (auto& d : arrived) release_early_bytes(d->payload.size() + kEarlyItemCost);
+  for (const FrameHeader& h : readies) {
+    if (!op.failed) on_ready(op, h);
+  }
   dispatch(op, sends);
   for (auto& d : arrived) {
-    release_early_bytes(d->payload.size());
-    if (!op.failed) deliver(op, static_cast<int>(d->header.src_rank), d->header, d->payload.data());
+    if (!op.failed) deliver_early(op, *d);
   }
   fail_if_departed(op);
+}
+
+void OpEngine::discard_early(const Key& key) {
+  auto it = early_.find(key);
+  if (it == early_.end()) return;
+  Early& e = it->second;
+  uint64_t bytes = e.readies.size() * kEarlyItemCost + (e.abort.is_ok() ? 0 : kEarlyItemCost);
+  e.readies.clear();
+  e.abort = Status{};
+  for (auto d = e.data.begin(); d != e.data.end();) {
+    if ((*d)->complete) {
+      bytes += (*d)->payload.size() + kEarlyItemCost;
+      d = e.data.erase(d);
+    } else {
+      ++d;  // its frame is still being read into it; frame_done frees it
+    }
+  }
+  if (e.data.empty()) early_.erase(it);
+  release_early_bytes(bytes);
+}
+
+void OpEngine::charge_early(int src, uint64_t bytes) {
+  early_bytes_ += bytes;
+  if (early_bytes_ > opt_.unexpected_bytes && paused_.insert(src).second) {
+    log().info("early-arrival buffer full ({} bytes); pausing reads from rank {}", early_bytes_, src);
+    transport_->pause_reading(src);
+  }
 }
 
 void OpEngine::fail_if_departed(Active& op) {
@@ -240,15 +279,26 @@ void OpEngine::on_ready(Active& op, const FrameHeader& h) {
   for (const ChunkSend& s : held) send_chunk(op, s);
 }
 
-void OpEngine::deliver(Active& op, int src, const FrameHeader& h, const uint8_t* copy_from) {
-  if (copy_from != nullptr) {
-    Status m = check_match(op, h);
-    if (!m.is_ok()) return mismatch(op, m);
-    uint8_t* target = nullptr;
-    Status s = op.op->target(src, h.chunk, static_cast<Stage>(h.stage), h.offset, h.payload_len, &target);
-    if (!s.is_ok()) return fail(op, {Code::Protocol, op.title() + ": " + s.message()});
-    if (h.payload_len > 0) std::memcpy(target, copy_from, h.payload_len);
-  }
+void OpEngine::deliver_early(Active& op, const EarlyData& d) {
+  const FrameHeader& h = d.header;
+  int src = static_cast<int>(h.src_rank);
+  Status m = check_match(op, h);
+  if (!m.is_ok()) return mismatch(op, m);
+  uint8_t* target = nullptr;
+  Status s = op.op->target(src, h.chunk, static_cast<Stage>(h.stage), h.offset, h.payload_len, &target);
+  if (!s.is_ok()) return mismatch(op, plan_mismatch(op, s));
+  if (h.payload_len > 0) std::memcpy(target, d.payload.data(), h.payload_len);
+  deliver(op, src, h);
+}
+
+Status OpEngine::plan_mismatch(const Active& op, const Status& why) const {
+  // Count, dtype and op agree (checked first), so a chunk that does not fit the plan
+  // means the peers cut the buffer differently: a configuration disagreement.
+  return {Code::Mismatch, op.title() + ": " + why.message() +
+                              " (peers must use the same TAIJI_CHUNK_BYTES and TAIJI_MAX_PAYLOAD_BYTES)"};
+}
+
+void OpEngine::deliver(Active& op, int src, const FrameHeader& h) {
   std::vector<ChunkSend> sends;
   op.op->delivered(src, h.chunk, static_cast<Stage>(h.stage), &sends);
   dispatch(op, sends);
@@ -313,7 +363,12 @@ Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& 
       return {};
     }
     Status s = op.op->target(src, h.chunk, static_cast<Stage>(h.stage), h.offset, h.payload_len, target);
-    if (!s.is_ok()) return {Code::Protocol, op.title() + ": " + s.message()};
+    if (!s.is_ok()) {
+      *target = nullptr;
+      mismatch(op, plan_mismatch(op, s));
+      maybe_finish(op);
+      return {};
+    }
     op.receiving++;
     rx_op_[src] = &op;
     return {};
@@ -328,11 +383,7 @@ Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& 
   *target = data->payload.data();
   rx_early_[src] = data.get();
   early_[key].data.push_back(std::move(data));
-  early_bytes_ += h.payload_len;
-  if (early_bytes_ > opt_.unexpected_bytes && paused_.insert(src).second) {
-    log().info("early-arrival buffer full ({} bytes); pausing reads from rank {}", early_bytes_, src);
-    transport_->pause_reading(src);
-  }
+  charge_early(src, h.payload_len + kEarlyItemCost);
   return {};
 }
 
@@ -347,11 +398,12 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
         maybe_finish(*op);
       } else if (closed_.is_ok() && !names_->is_past(name, h.op_version)) {
         early_[key].readies.push_back(h);
+        charge_early(src, kEarlyItemCost);
       }
       return;
     case MsgType::Abort: {
-      int32_t code = -static_cast<int32_t>(h.chunk);
-      Code c = code < 0 && code >= static_cast<int32_t>(Code::Bootstrap) ? static_cast<Code>(code)
+      int64_t code = -static_cast<int64_t>(h.chunk);
+      Code c = code < 0 && code >= static_cast<int64_t>(Code::Bootstrap) ? static_cast<Code>(code)
                                                                          : Code::Protocol;
       Status why{c, "rank " + std::to_string(src) + " reports: " +
                         std::string(rx_abort_[src].begin(), rx_abort_[src].end())};
@@ -359,7 +411,9 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
         fail(*op, why);
         maybe_finish(*op);
       } else if (closed_.is_ok() && !names_->is_past(name, h.op_version)) {
-        early_[key].abort = why;
+        Early& e = early_[key];
+        if (e.abort.is_ok()) charge_early(src, kEarlyItemCost);
+        e.abort = why;
       }
       return;
     }
@@ -369,22 +423,24 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
   if (EarlyData* early = rx_early_[src]) {
     rx_early_[src] = nullptr;
     early->complete = true;
-    // The op may have been posted while this payload was still arriving.
-    if (op == nullptr) return;
+    // The op may have been posted, or even have ended, while this payload arrived.
+    bool ended = op == nullptr && (!closed_.is_ok() || names_->is_past(name, h.op_version));
+    if (op == nullptr && !ended) return;
     auto e = early_.find(key);
     auto& list = e->second.data;
     auto pos = std::find_if(list.begin(), list.end(), [&](const auto& d) { return d.get() == early; });
     std::unique_ptr<EarlyData> mine = std::move(*pos);
     list.erase(pos);
     if (list.empty() && e->second.readies.empty() && e->second.abort.is_ok()) early_.erase(e);
-    release_early_bytes(mine->payload.size());
-    if (!op->failed) deliver(*op, src, mine->header, mine->payload.data());
+    release_early_bytes(mine->payload.size() + kEarlyItemCost);
+    if (op == nullptr) return;
+    if (!op->failed) deliver_early(*op, *mine);
     return maybe_finish(*op);
   }
   if (op == nullptr || rx_op_[src] != op) return;
   rx_op_[src] = nullptr;
   op->receiving--;
-  if (!op->failed) deliver(*op, src, h, nullptr);
+  if (!op->failed) deliver(*op, src, h);
   maybe_finish(*op);
 }
 
@@ -435,18 +491,9 @@ void OpEngine::fail_all(const Status& why) {
     if (it != ops_.end()) maybe_finish(*it->second);
   }
   // Payloads still arriving keep their buffers until their frame ends.
-  for (auto it = early_.begin(); it != early_.end();) {
-    auto& list = it->second.data;
-    for (auto d = list.begin(); d != list.end();) {
-      if ((*d)->complete) {
-        release_early_bytes((*d)->payload.size());
-        d = list.erase(d);
-      } else {
-        ++d;
-      }
-    }
-    it = list.empty() ? early_.erase(it) : std::next(it);
-  }
+  std::vector<Key> early_keys;
+  for (auto& [key, e] : early_) early_keys.push_back(key);
+  for (const Key& key : early_keys) discard_early(key);
 }
 
 Status OpEngine::describe_timeout(const Active& op) const {

@@ -79,7 +79,14 @@ class OpEngine final : public ReceiveHandler {
   void dispatch(Active& op, std::vector<ChunkSend>& sends);
   void send_chunk(Active& op, const ChunkSend& s);
   void on_ready(Active& op, const FrameHeader& h);
-  void deliver(Active& op, int src, const FrameHeader& h, const uint8_t* copy_from);
+  // A chunk's payload is in place (read straight into the op): advance the op.
+  void deliver(Active& op, int src, const FrameHeader& h);
+  // A chunk that arrived before its op: check it, copy it in place, advance the op.
+  void deliver_early(Active& op, const EarlyData& d);
+  Status plan_mismatch(const Active& op, const Status& why) const;
+  // Drops what is held for key (but payloads still being read), releasing its bytes.
+  void discard_early(const Key& key);
+  void charge_early(int src, uint64_t bytes);
   Status check_match(const Active& op, const FrameHeader& h) const;
   void mismatch(Active& op, const Status& why);
   void fail(Active& op, const Status& why);

@@ -92,6 +92,7 @@ Status Peer::bootstrap() {
   }
   uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Peer*>(t->data)->on_tick(); }, kTickMs, kTickMs);
   thread_ = std::thread([this] {
+    io_thread_id_ = std::this_thread::get_id();
     // A write to a connection the peer just closed raises SIGPIPE in the writing thread;
     // blocked here, it stays pending and the write fails with EPIPE instead of killing
     // the process. Only this thread writes to peers' sockets.
@@ -120,11 +121,19 @@ Status Peer::bootstrap() {
 
 Peer::~Peer() {
   if (thread_.joinable()) {
-    abort();
+    bool closing;
+    {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      closing = closing_;
+      closing_ = true;
+    }
+    // Never finalized: ops still running are aborted, but the links close with a Bye,
+    // so the other peers see a departure, not a crash.
+    if (!closing) run_on_loop([this] { begin_close(CloseMode::Destroy); });
     stop_thread();
   } else if (!joined_) {
     // The loop never ran: close its handles here, on the only thread that touches it.
-    begin_close(false);
+    begin_close(CloseMode::Abort);
     uv_run(&loop_, UV_RUN_DEFAULT);
   }
   uv_loop_close(&loop_);
@@ -214,15 +223,11 @@ Result<std::shared_ptr<RequestState>> Peer::post(PostArgs args) {
 Status Peer::finalize() {
   {
     std::lock_guard<std::mutex> lock(state_mu_);
-    if (closing_) {
-      if (!thread_.joinable() || joined_) return sticky_;
-    }
     closing_ = true;
   }
-  if (thread_.joinable()) {
-    run_on_loop([this] { begin_close(true); });
-    stop_thread();
-  }
+  // Both are idempotent: a second or concurrent finalize just waits for the same end.
+  run_on_loop([this] { begin_close(CloseMode::Finalize); });
+  stop_thread();
   return async_error();
 }
 
@@ -232,14 +237,17 @@ void Peer::abort() {
     closing_ = true;
     if (sticky_.is_ok()) sticky_ = {Code::Aborted, "peer aborted"};
   }
-  run_on_loop([this] { begin_close(false); });
+  run_on_loop([this] { begin_close(CloseMode::Abort); });
 }
 
 void Peer::stop_thread() {
-  if (thread_.get_id() == std::this_thread::get_id()) return;  // from a callback: no self-join
+  if (on_io_thread()) return;  // from a callback: no self-join
+  std::lock_guard<std::mutex> lock(join_mu_);
   if (thread_.joinable()) thread_.join();
   joined_ = true;
 }
+
+bool Peer::on_io_thread() const { return io_thread_id() == std::this_thread::get_id(); }
 
 Status Peer::async_error() const {
   std::lock_guard<std::mutex> lock(state_mu_);
@@ -251,15 +259,16 @@ void Peer::set_error(const Status& s) {
   if (sticky_.is_ok()) sticky_ = s;
 }
 
-void Peer::begin_close(bool graceful) {
-  if (!graceful) {
+void Peer::begin_close(CloseMode mode) {
+  if (mode == CloseMode::Abort) {
     engine_->fail_all({Code::Aborted, "peer aborted"});
     close_links(false);
     return;
   }
   if (finalizing_ || closing_links_) return;
   finalizing_ = true;
-  close_deadline_ = uv_now(&loop_) + static_cast<uint64_t>(config_.timeout_ms);
+  uint64_t wait = mode == CloseMode::Finalize ? static_cast<uint64_t>(config_.timeout_ms) : 0;
+  close_deadline_ = uv_now(&loop_) + wait;
   on_tick();
 }
 
@@ -267,7 +276,7 @@ void Peer::on_tick() {
   engine_->tick();
   if (finalizing_ && (engine_->idle() || uv_now(&loop_) >= close_deadline_)) {
     finalizing_ = false;
-    engine_->fail_all({Code::Finalized, "finalize: op still in flight at the deadline"});
+    engine_->fail_all({Code::Aborted, "peer closed with the op still in flight"});
     close_links(true);
   } else if (closing_links_ && uv_now(&loop_) >= close_deadline_) {
     transport_->close_now([this] { on_links_closed(); });

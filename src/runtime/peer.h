@@ -53,6 +53,10 @@ class Peer {
   // Fails every op with Aborted and closes all links at once; does not wait.
   void abort();
   Status async_error() const;
+  // True on this peer's I/O thread (inside a completion callback), where blocking on an
+  // op would stop the very loop that completes it.
+  bool on_io_thread() const;
+  std::thread::id io_thread_id() const { return io_thread_id_; }
 
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
@@ -63,7 +67,12 @@ class Peer {
   void run_on_loop(std::function<void()> fn);
   void drain_inbox();
   void set_error(const Status& s);
-  void begin_close(bool graceful);
+  enum class CloseMode {
+    Finalize,  // wait (up to the op timeout) for in-flight ops, then close with Bye
+    Destroy,   // abort in-flight ops, then close with Bye
+    Abort,     // abort in-flight ops, close at once
+  };
+  void begin_close(CloseMode mode);
   void on_tick();
   void close_links(bool graceful);
   void on_links_closed();
@@ -79,6 +88,7 @@ class Peer {
   std::unique_ptr<OpEngine> engine_;
   std::unique_ptr<RendezvousServer> rendezvous_server_;
   std::thread thread_;
+  std::atomic<std::thread::id> io_thread_id_{};
 
   // I/O thread only.
   bool finalizing_ = false;              // waiting for in-flight ops before closing
@@ -92,6 +102,7 @@ class Peer {
   mutable std::mutex state_mu_;
   Status sticky_;                        // under state_mu_
   bool closing_ = false;                 // under state_mu_: finalize/abort began
+  std::mutex join_mu_;
   std::atomic<bool> joined_{false};
 };
 

@@ -25,7 +25,8 @@ bool RequestState::test(Status* out) const {
 
 bool RequestState::wait_for(int64_t timeout_ms, Status* out) const {
   std::unique_lock<std::mutex> lock(mu_);
-  if (timeout_ms < 0) {
+  // Beyond a year is "no limit": steady_clock arithmetic would overflow.
+  if (timeout_ms < 0 || timeout_ms > 365LL * 24 * 3600 * 1000) {
     cv_.wait(lock, [this] { return done_; });
   } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return done_; })) {
     return false;

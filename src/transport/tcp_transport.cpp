@@ -454,8 +454,9 @@ void TcpTransport::send(int dst, OutMessage msg) {
   if (rc != 0) {
     auto cb = std::move(w->on_sent);
     delete w;
+    // Reported from the loop, never from inside the caller's send().
     if (cb) defer([cb, rc] { cb(uv_error("write failed", rc)); });
-    conn_failed(c, uv_error("write failed", rc));
+    defer([this, dst, rc] { drop(dst, uv_error("write failed", rc)); });
   }
 }
 
@@ -507,7 +508,14 @@ void TcpTransport::conn_failed(Conn* c, const Status& why) {
   handler_->link_down(rank, graceful, why);
 }
 
+void TcpTransport::close_conn(Conn* c) {
+  c->closing = true;
+  if (c->identified && by_rank_[c->rank] == c) by_rank_[c->rank] = nullptr;
+  uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+}
+
 void TcpTransport::conn_closed(Conn* c) {
+  if (c->identified && by_rank_[c->rank] == c) by_rank_[c->rank] = nullptr;
   conns_.erase(c);
   delete c;
   open_handles_--;
@@ -536,8 +544,7 @@ void TcpTransport::shutdown(std::function<void()> on_closed) {
   for (Conn* c : std::vector<Conn*>(conns_.begin(), conns_.end())) {
     if (c->closing) continue;
     if (!c->identified) {
-      c->closing = true;
-      uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+      close_conn(c);
       continue;
     }
     OutMessage bye;
@@ -552,13 +559,11 @@ void TcpTransport::shutdown(std::function<void()> on_closed) {
           auto* conn = static_cast<Conn*>(r->data);
           delete r;
           if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&conn->tcp))) {
-            conn->closing = true;
-            uv_close(reinterpret_cast<uv_handle_t*>(&conn->tcp), on_close);
+            conn->owner->close_conn(conn);
           }
         }) != 0) {
       delete req;
-      c->closing = true;
-      uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+      close_conn(c);
     }
   }
   close_now(nullptr);
@@ -573,8 +578,7 @@ void TcpTransport::close_now(std::function<void()> on_closed) {
     // close_now with a callback means "do not wait for that".
     if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&c->tcp))) continue;
     if (c->draining && !on_closed) continue;
-    c->closing = true;
-    uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+    close_conn(c);
   }
   auto close_member = [this](uv_handle_t* h) {
     if (uv_is_closing(h)) return;

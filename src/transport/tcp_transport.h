@@ -48,6 +48,8 @@ class TcpTransport final : public Transport {
   // Entry points for libuv's connection callbacks.
   void conn_failed(Conn* c, const Status& why);
   void conn_closed(Conn* c);
+  // Closes without reporting link_down (the transport itself is stopping).
+  void close_conn(Conn* c);
 
  private:
   friend struct Conn;
