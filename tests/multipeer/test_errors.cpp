@@ -120,6 +120,19 @@ TEST_CASE("errors: peers that disagree on an op all get ERR_MISMATCH, promptly",
          if (other) return taiji_broadcast(p, name, buf, 64, TAIJI_U8, 0, o, r);
          return taiji_allreduce(p, name, buf, buf, 64, TAIJI_U8, TAIJI_SUM, o, r);
        }},
+      // Empty payloads travel too: a barrier over different graphs must not complete.
+      {"barrier-topology",
+       [](taiji_peer_t* p, const char* name, bool other, void*, const taiji_op_options_t* o,
+          taiji_request_t** r) {
+         taiji_op_options_t opt = *o;
+         opt.topology = other ? "tree" : "star";
+         return taiji_barrier(p, name, &opt, r);
+       }},
+      {"empty-allreduce-count",
+       [](taiji_peer_t* p, const char* name, bool other, void* buf, const taiji_op_options_t* o,
+          taiji_request_t** r) {
+         return taiji_allreduce(p, name, buf, buf, other ? 1 : 0, TAIJI_U8, TAIJI_SUM, o, r);
+       }},
   };
   Failures failures;
   auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
@@ -842,5 +855,50 @@ TEST_CASE("errors: abort in the middle of a large transfer", "[errors]") {
     }, options);
     failures.add_all(lines);
   }
+  check_no_failures(failures);
+}
+
+TEST_CASE("errors: blocking calls and waits inside a completion callback are refused", "[errors]") {
+  constexpr int n = 2;
+  Failures failures;
+  struct Seen {
+    taiji_peer_t* peer;
+    std::atomic<int> blocking{1};
+    std::atomic<int> wait{1};
+    taiji_request_t* inner = nullptr;
+    std::atomic<bool> done{false};
+  };
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    Seen seen;
+    seen.peer = peer;
+    taiji_op_options_t opt = op_options(10000);
+    opt.user_data = &seen;
+    opt.callback = [](taiji_status_t, void* user) {
+      auto* s = static_cast<Seen*>(user);
+      s->blocking = taiji_barrier(s->peer, "cb/blocking", nullptr, nullptr);
+      taiji_op_options_t inner = TAIJI_OP_OPTIONS_INIT;
+      inner.timeout_ms = 10000;
+      if (taiji_barrier(s->peer, "cb/async", &inner, &s->inner) == TAIJI_OK) {
+        s->wait = taiji_request_wait(s->inner, 100);
+      }
+      s->done = true;
+    };
+    taiji_request_t* req = nullptr;
+    taiji_status_t s = taiji_barrier(peer, "cb/outer", &opt, &req);
+    if (!failures.expect_status(rank, "post outer", s, TAIJI_OK)) return;
+    failures.expect_status(rank, "outer", taiji_request_wait(req, 10000), TAIJI_OK);
+    taiji_request_free(req);
+    for (int i = 0; i < 500 && !seen.done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    failures.expect(rank, seen.done.load(), "callback did not run");
+    failures.expect_status(rank, "blocking call in callback", static_cast<taiji_status_t>(seen.blocking.load()),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    failures.expect_status(rank, "wait in callback", static_cast<taiji_status_t>(seen.wait.load()),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    if (seen.inner != nullptr) {
+      failures.expect_status(rank, "async op posted from callback", taiji_request_wait(seen.inner, 10000), TAIJI_OK);
+      taiji_request_free(seen.inner);
+    }
+  });
+  failures.add_all(lines);
   check_no_failures(failures);
 }
