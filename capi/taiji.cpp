@@ -13,19 +13,7 @@
 #include "runtime/config.h"
 #include "runtime/peer.h"
 
-struct taiji_peer {
-  std::unique_ptr<taiji::Peer> impl;
-  int rank = -1;
-  int size = -1;
-  std::mutex error_mu;
-  std::string last_error;
-};
-
-struct taiji_request {
-  std::shared_ptr<taiji::RequestState> state;
-  // The owning peer's I/O thread: waiting there would stop the loop that completes it.
-  std::thread::id io_thread;
-};
+#include "handles.h"
 
 namespace {
 
@@ -50,9 +38,13 @@ static_assert(static_cast<int>(taiji::DType::U64) == TAIJI_U64);
 static_assert(static_cast<int>(taiji::DType::BF16) == TAIJI_BF16);
 static_assert(static_cast<int>(taiji::RedOp::Avg) == TAIJI_AVG);
 
-// Text of the last failed taiji_peer_init on this thread (no peer to keep it in).
-thread_local std::string init_error;
 thread_local std::string error_copy;
+
+}  // namespace
+
+namespace taiji_capi {
+
+thread_local std::string init_error;
 
 taiji_status_t to_c(const taiji::Status& s) { return static_cast<taiji_status_t>(s.code()); }
 
@@ -68,20 +60,6 @@ taiji_status_t invalid(taiji_peer_t* peer, const char* what) {
   return record(peer, {taiji::Code::InvalidArgument, what});
 }
 
-// Runs fn, turning any escaping exception into a status.
-template <typename Fn>
-taiji_status_t guarded(taiji_peer_t* peer, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-    return peer ? record(peer, {taiji::Code::NoMemory, "out of memory"}) : TAIJI_ERR_NO_MEMORY;
-  } catch (const std::exception& e) {
-    return peer ? record(peer, {taiji::Code::Internal, e.what()}) : TAIJI_ERR_INTERNAL;
-  } catch (...) {
-    return peer ? record(peer, {taiji::Code::Internal, "unknown exception"}) : TAIJI_ERR_INTERNAL;
-  }
-}
-
 taiji::Status read_options(const taiji_op_options_t* options, taiji_op_options_t* out) {
   *out = TAIJI_OP_OPTIONS_INIT;
   if (options == nullptr) return {};
@@ -94,35 +72,73 @@ taiji::Status read_options(const taiji_op_options_t* options, taiji_op_options_t
   return {};
 }
 
+taiji_status_t apply_options(taiji_peer_t* peer, const taiji_op_options_t* options, bool blocking,
+                             taiji::PostArgs* args) {
+  taiji_op_options_t opt;
+  taiji::Status s = read_options(options, &opt);
+  if (!s.is_ok()) return record(peer, s);
+  if (opt.timeout_ms < 0) return invalid(peer, "options.timeout_ms is negative");
+  if (blocking && peer->impl->on_io_thread()) {
+    return invalid(peer, "a blocking call from a completion callback would deadlock; pass a request");
+  }
+  args->version = opt.version;
+  args->timeout_ms = opt.timeout_ms;
+  if (opt.topology != nullptr) args->topology = opt.topology;
+  if (opt.callback != nullptr) {
+    taiji_callback_t cb = opt.callback;
+    void* user_data = opt.user_data;
+    args->callback = [cb, user_data](const taiji::Status& st) { cb(to_c(st), user_data); };
+  }
+  return TAIJI_OK;
+}
+
+taiji_status_t finish_post(taiji_peer_t* peer,
+                           const taiji::Result<std::shared_ptr<taiji::RequestState>>& posted,
+                           taiji_request_t** request) {
+  if (!posted.is_ok()) return record(peer, posted.status());
+  if (request != nullptr) {
+    *request = new taiji_request{posted.value(), peer->impl->io_thread_id()};
+    return TAIJI_OK;
+  }
+  taiji::Status result;
+  posted.value()->wait_for(-1, &result);
+  return record(peer, result);
+}
+
+}  // namespace taiji_capi
+
+namespace {
+
+using namespace taiji_capi;
+
 taiji_status_t post(taiji_peer_t* peer, taiji::PostArgs args, const taiji_op_options_t* options,
                     taiji_request_t** request) {
   if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
   return guarded(peer, [&]() -> taiji_status_t {
-    taiji_op_options_t opt;
-    taiji::Status s = read_options(options, &opt);
-    if (!s.is_ok()) return record(peer, s);
-    if (opt.timeout_ms < 0) return invalid(peer, "options.timeout_ms is negative");
-    if (request == nullptr && peer->impl->on_io_thread()) {
-      return invalid(peer, "a blocking call from a completion callback would deadlock; pass a request");
-    }
-    args.version = opt.version;
-    args.timeout_ms = opt.timeout_ms;
-    if (opt.topology != nullptr) args.topology = opt.topology;
-    if (opt.callback != nullptr) {
-      taiji_callback_t cb = opt.callback;
-      void* user_data = opt.user_data;
-      args.callback = [cb, user_data](const taiji::Status& st) { cb(to_c(st), user_data); };
-    }
-    auto posted = peer->impl->post(std::move(args));
-    if (!posted.is_ok()) return record(peer, posted.status());
-    if (request != nullptr) {
-      *request = new taiji_request{posted.value(), peer->impl->io_thread_id()};
-      return TAIJI_OK;
-    }
-    taiji::Status result;
-    posted.value()->wait_for(-1, &result);
-    return record(peer, result);
+    taiji_status_t s = apply_options(peer, options, request == nullptr, &args);
+    if (s != TAIJI_OK) return s;
+    return finish_post(peer, peer->impl->post(std::move(args)), request);
   });
+}
+
+taiji_status_t post_typed(taiji_peer_t* peer, taiji::OpKind kind, const char* name,
+                          const void* sendbuf, void* recvbuf, size_t count, taiji_dtype_t dtype,
+                          taiji_reduce_op_t op, int root, const taiji_op_options_t* options,
+                          taiji_request_t** request) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (name == nullptr) return invalid(peer, "name is NULL");
+  if (!taiji::valid_dtype(static_cast<uint32_t>(dtype))) return invalid(peer, "unknown dtype");
+  if (!taiji::valid_redop(static_cast<uint32_t>(op))) return invalid(peer, "unknown reduce op");
+  taiji::PostArgs args;
+  args.kind = kind;
+  args.name = name;
+  args.send = sendbuf;
+  args.recv = recvbuf;
+  args.count = count;
+  args.dtype = static_cast<taiji::DType>(dtype);
+  args.redop = static_cast<taiji::RedOp>(op);
+  args.root = root;
+  return post(peer, std::move(args), options, request);
 }
 
 }  // namespace
@@ -162,6 +178,7 @@ const char* taiji_version_string(void) {
 
 taiji_status_t taiji_peer_init_versioned(uint32_t header_version, const taiji_config_t* config,
                                          taiji_peer_t** peer) {
+  using taiji_capi::init_error;
   init_error.clear();
   if (peer == nullptr) {
     init_error = "peer output pointer is NULL";
@@ -255,7 +272,7 @@ taiji_status_t taiji_peer_async_error(const taiji_peer_t* peer) {
 }
 
 const char* taiji_peer_last_error(const taiji_peer_t* peer) {
-  if (peer == nullptr) return init_error.c_str();
+  if (peer == nullptr) return taiji_capi::init_error.c_str();
   auto* p = const_cast<taiji_peer_t*>(peer);
   std::lock_guard<std::mutex> lock(p->error_mu);
   error_copy = p->last_error;
@@ -266,36 +283,15 @@ taiji_status_t taiji_allreduce(taiji_peer_t* peer, const char* name, const void*
                                void* recvbuf, size_t count, taiji_dtype_t dtype,
                                taiji_reduce_op_t op, const taiji_op_options_t* options,
                                taiji_request_t** request) {
-  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
-  if (name == nullptr) return invalid(peer, "name is NULL");
-  if (!taiji::valid_dtype(static_cast<uint32_t>(dtype))) return invalid(peer, "unknown dtype");
-  if (!taiji::valid_redop(static_cast<uint32_t>(op))) return invalid(peer, "unknown reduce op");
-  taiji::PostArgs args;
-  args.kind = taiji::OpKind::Allreduce;
-  args.name = name;
-  args.send = sendbuf;
-  args.recv = recvbuf;
-  args.count = count;
-  args.dtype = static_cast<taiji::DType>(dtype);
-  args.redop = static_cast<taiji::RedOp>(op);
-  return post(peer, std::move(args), options, request);
+  return post_typed(peer, taiji::OpKind::Allreduce, name, sendbuf, recvbuf, count, dtype, op, 0,
+                    options, request);
 }
 
 taiji_status_t taiji_broadcast(taiji_peer_t* peer, const char* name, void* buf, size_t count,
                                taiji_dtype_t dtype, int root, const taiji_op_options_t* options,
                                taiji_request_t** request) {
-  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
-  if (name == nullptr) return invalid(peer, "name is NULL");
-  if (!taiji::valid_dtype(static_cast<uint32_t>(dtype))) return invalid(peer, "unknown dtype");
-  taiji::PostArgs args;
-  args.kind = taiji::OpKind::Broadcast;
-  args.name = name;
-  args.send = buf;
-  args.recv = buf;
-  args.count = count;
-  args.dtype = static_cast<taiji::DType>(dtype);
-  args.root = root;
-  return post(peer, std::move(args), options, request);
+  return post_typed(peer, taiji::OpKind::Broadcast, name, buf, buf, count, dtype, TAIJI_SUM, root,
+                    options, request);
 }
 
 taiji_status_t taiji_barrier(taiji_peer_t* peer, const char* name,
@@ -306,6 +302,51 @@ taiji_status_t taiji_barrier(taiji_peer_t* peer, const char* name,
   args.kind = taiji::OpKind::Barrier;
   args.name = name;
   args.dtype = taiji::DType::U8;
+  return post(peer, std::move(args), options, request);
+}
+
+taiji_status_t taiji_allgather(taiji_peer_t* peer, const char* name, const void* sendbuf,
+                               void* recvbuf, size_t count, taiji_dtype_t dtype,
+                               const taiji_op_options_t* options, taiji_request_t** request) {
+  return post_typed(peer, taiji::OpKind::Allgather, name, sendbuf, recvbuf, count, dtype, TAIJI_SUM,
+                    0, options, request);
+}
+
+taiji_status_t taiji_reduce(taiji_peer_t* peer, const char* name, const void* sendbuf, void* recvbuf,
+                            size_t count, taiji_dtype_t dtype, taiji_reduce_op_t op, int root,
+                            const taiji_op_options_t* options, taiji_request_t** request) {
+  return post_typed(peer, taiji::OpKind::Reduce, name, sendbuf, recvbuf, count, dtype, op, root,
+                    options, request);
+}
+
+taiji_status_t taiji_gather(taiji_peer_t* peer, const char* name, const void* sendbuf, void* recvbuf,
+                            size_t count, taiji_dtype_t dtype, int root,
+                            const taiji_op_options_t* options, taiji_request_t** request) {
+  return post_typed(peer, taiji::OpKind::Gather, name, sendbuf, recvbuf, count, dtype, TAIJI_SUM,
+                    root, options, request);
+}
+
+taiji_status_t taiji_reduce_scatter(taiji_peer_t* peer, const char* name, const void* sendbuf,
+                                    void* recvbuf, size_t recvcount, taiji_dtype_t dtype,
+                                    taiji_reduce_op_t op, const taiji_op_options_t* options,
+                                    taiji_request_t** request) {
+  return post_typed(peer, taiji::OpKind::ReduceScatter, name, sendbuf, recvbuf, recvcount, dtype,
+                    op, 0, options, request);
+}
+
+taiji_status_t taiji_consensus(taiji_peer_t* peer, const char* name, const void* buf, size_t bytes,
+                               int* agree, const taiji_op_options_t* options,
+                               taiji_request_t** request) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (name == nullptr) return invalid(peer, "name is NULL");
+  taiji::PostArgs args;
+  args.kind = taiji::OpKind::Consensus;
+  args.name = name;
+  args.send = buf;
+  args.count = bytes;
+  args.dtype = taiji::DType::U8;
+  args.redop = taiji::RedOp::Min;
+  args.agree = agree;
   return post(peer, std::move(args), options, request);
 }
 
@@ -320,6 +361,10 @@ taiji_status_t taiji_request_wait(taiji_request_t* request, int64_t timeout_ms) 
   if (request->io_thread == std::this_thread::get_id()) return TAIJI_ERR_INVALID_ARGUMENT;
   taiji::Status s;
   return request->state->wait_for(timeout_ms, &s) ? to_c(s) : TAIJI_IN_PROGRESS;
+}
+
+uint64_t taiji_request_topology_digest(const taiji_request_t* request) {
+  return request ? request->state->topology_digest() : 0;
 }
 
 uint64_t taiji_request_version(const taiji_request_t* request) {

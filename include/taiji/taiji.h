@@ -220,6 +220,97 @@ TAIJI_API taiji_status_t taiji_barrier(taiji_peer_t *peer, const char *name,
                                        const taiji_op_options_t *options,
                                        taiji_request_t **request);
 
+/* recvbuf (size * count elements) = every rank's sendbuf (count elements) in rank order.
+ * In-place: sendbuf == recvbuf + rank * count elements. Each rank's block is broadcast
+ * over the topology from its owner (a ring gives the bandwidth-optimal ring allgather). */
+TAIJI_API taiji_status_t taiji_allgather(taiji_peer_t *peer, const char *name,
+                                         const void *sendbuf, void *recvbuf, size_t count,
+                                         taiji_dtype_t dtype, const taiji_op_options_t *options,
+                                         taiji_request_t **request);
+
+/* recvbuf on root (count elements) = op over peers of sendbuf. recvbuf is not touched
+ * and may be NULL on other ranks. sendbuf == recvbuf is in-place on the root. */
+TAIJI_API taiji_status_t taiji_reduce(taiji_peer_t *peer, const char *name, const void *sendbuf,
+                                      void *recvbuf, size_t count, taiji_dtype_t dtype,
+                                      taiji_reduce_op_t op, int root,
+                                      const taiji_op_options_t *options,
+                                      taiji_request_t **request);
+
+/* recvbuf on root (size * count elements) = every rank's sendbuf in rank order; recvbuf
+ * may be NULL on other ranks. Blocks travel along the topology's paths to the root. */
+TAIJI_API taiji_status_t taiji_gather(taiji_peer_t *peer, const char *name, const void *sendbuf,
+                                      void *recvbuf, size_t count, taiji_dtype_t dtype, int root,
+                                      const taiji_op_options_t *options,
+                                      taiji_request_t **request);
+
+/* sendbuf holds size * recvcount elements; recvbuf (recvcount elements) on rank r = op
+ * over peers of block r of sendbuf. Each block is reduced toward its owner. */
+TAIJI_API taiji_status_t taiji_reduce_scatter(taiji_peer_t *peer, const char *name,
+                                              const void *sendbuf, void *recvbuf,
+                                              size_t recvcount, taiji_dtype_t dtype,
+                                              taiji_reduce_op_t op,
+                                              const taiji_op_options_t *options,
+                                              taiji_request_t **request);
+
+/* Do all peers hold the same `bytes` bytes in buf? *agree is set to 1 (all equal) or 0
+ * when the op completes; every peer gets the same answer. buf is only read. Peers
+ * that pass a different length get ERR_MISMATCH. */
+TAIJI_API taiji_status_t taiji_consensus(taiji_peer_t *peer, const char *name, const void *buf,
+                                         size_t bytes, int *agree,
+                                         const taiji_op_options_t *options,
+                                         taiji_request_t **request);
+
+/* ---- topologies ----------------------------------------------------------------------- *
+ * A topology is a list of (reduce graph, broadcast graph) pairs over the ranks; chunk i
+ * of a buffer runs on pair i mod P. Built-in names: star, ring, clique, tree, binary_tree,
+ * binary_tree_star, multi_binary_tree_star, hierarchical (the host-aware ones group ranks
+ * by listen address or TAIJI_HOST). Topology objects are immutable: any thread may use
+ * them; none of these functions blocks. A failed creation sets *topology to NULL and
+ * taiji_peer_last_error(NULL) (on the calling thread) names the fault; nothing else
+ * changes. */
+
+typedef struct taiji_topology taiji_topology_t;
+
+/* From parent arrays: reduce_parents[p * size + r] is rank r's parent in pair p's reduce
+ * graph (-1 marks its root), broadcast_parents likewise. Validated: right rank count,
+ * exactly one root, every rank reaches it, no cycle, the broadcast graph rooted where its
+ * reduce graph ends. Errors: ERR_INVALID_ARGUMENT. */
+TAIJI_API taiji_status_t taiji_topology_from_parents(int size, int pairs, const int *reduce_parents,
+                                                     const int *broadcast_parents,
+                                                     taiji_topology_t **topology);
+
+/* From edge lists: for pair p, reduce_edges[p * 2 * (size - 1) + 2 * e] is a child and the
+ * next int its parent (size - 1 edges per graph); broadcast_edges likewise. */
+TAIJI_API taiji_status_t taiji_topology_from_edges(int size, int pairs, const int *reduce_edges,
+                                                   const int *broadcast_edges,
+                                                   taiji_topology_t **topology);
+
+/* A built-in name or the text form that taiji_topology_text writes. With a peer, built
+ * for that peer's job (host-aware shapes use its hosts) and size may be 0; without one,
+ * every rank counts as its own host. */
+TAIJI_API taiji_status_t taiji_topology_from_text(const taiji_peer_t *peer, const char *text,
+                                                  int size, taiji_topology_t **topology);
+
+/* Writes the text form, NUL-terminated and cut to len bytes, and returns its full length
+ * (without the NUL); buf may be NULL with len 0 to ask for the length. */
+TAIJI_API size_t taiji_topology_text(const taiji_topology_t *topology, char *buf, size_t len);
+/* 64-bit digest of the graphs, equal on every machine for equal graphs; 0 for NULL. */
+TAIJI_API uint64_t taiji_topology_digest(const taiji_topology_t *topology);
+TAIJI_API int taiji_topology_size(const taiji_topology_t *topology);
+TAIJI_API void taiji_topology_destroy(taiji_topology_t *topology);
+
+/* Swaps the topology while ops run. A collective: every peer calls it at the same point
+ * of its op stream. The peers check by consensus that they proposed the same topology
+ * (NULL: back to the automatic choice by size); then ops posted after this call, on
+ * this peer, run on it, while ops already in flight finish on the old one. Peers that
+ * disagree all get ERR_MISMATCH and keep the old topology. Ops posted after the call
+ * wait for the agreement before they start. Blocking and asynchronous like any op;
+ * options.timeout_ms bounds the agreement. The topology object may be destroyed once
+ * the call returns. */
+TAIJI_API taiji_status_t taiji_set_topology(taiji_peer_t *peer, const taiji_topology_t *topology,
+                                            const taiji_op_options_t *options,
+                                            taiji_request_t **request);
+
 /* ---- requests ----------------------------------------------------------------------- *
  * A request is owned by the caller and must be freed once with taiji_request_free. It
  * may be tested and waited on from any thread. */
@@ -231,6 +322,10 @@ TAIJI_API taiji_status_t taiji_request_test(taiji_request_t *request);
  * bounds). Returns the op's final status, or TAIJI_IN_PROGRESS if timeout_ms passed first
  * (the op goes on). Blocks; do not call from a completion callback. */
 TAIJI_API taiji_status_t taiji_request_wait(taiji_request_t *request, int64_t timeout_ms);
+
+/* Digest of the topology the op runs on (see taiji_topology_digest), 0 before it started;
+ * for taiji_set_topology, of the topology in force after it. Never blocks. */
+TAIJI_API uint64_t taiji_request_topology_digest(const taiji_request_t *request);
 
 /* The op's version (useful with automatic versions). Never blocks. */
 TAIJI_API uint64_t taiji_request_version(const taiji_request_t *request);

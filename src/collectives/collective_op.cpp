@@ -21,25 +21,32 @@ std::vector<uint64_t> plan_chunks(uint64_t count, size_t elem, size_t pairs,
   return bounds;
 }
 
+uint64_t send_elements(const CollectiveSpec& s) {
+  switch (s.kind) {
+    case OpKind::Barrier: return 0;
+    case OpKind::ReduceScatter: return s.count * static_cast<uint64_t>(s.size);
+    default: return s.count;
+  }
+}
+
+uint64_t recv_elements(const CollectiveSpec& s) {
+  uint64_t n = static_cast<uint64_t>(s.size);
+  switch (s.kind) {
+    case OpKind::Barrier: case OpKind::Consensus: return 0;
+    case OpKind::Reduce: return s.rank == s.root ? s.count : 0;
+    case OpKind::Gather: return s.rank == s.root ? s.count * n : 0;
+    case OpKind::Allgather: return s.count * n;
+    default: return s.count;
+  }
+}
+
 CollectiveOp::CollectiveOp(CollectiveSpec spec) : spec_(std::move(spec)) {
   elem_ = dtype_size(spec_.dtype);
-  const auto& pairs = spec_.strategy->pairs;
-  size_t graphs = pairs.size();
-  if (spec_.kind == OpKind::Broadcast) {
-    bcast_graphs_ = broadcast_graphs(*spec_.strategy, spec_.root);
-    graphs = bcast_graphs_.size();
-  }
-  chunk_begin_ = plan_chunks(spec_.count, elem_, graphs, spec_.chunk_bytes);
-  chunk_state_.resize(chunks());
+  plan();
   std::set<int> sources;
   std::set<int> destinations;
-  for (uint32_t c = 0; c < chunks(); ++c) {
-    Chunk& ch = chunk_state_[c];
-    if (spec_.kind == OpKind::Broadcast) {
-      ch.bcast = &bcast_graphs_[c % graphs];
-    } else {
-      ch.reduce = &pairs[c % graphs].reduce;
-      ch.bcast = &pairs[c % graphs].broadcast;
+  for (Chunk& ch : plan_) {
+    if (ch.mode == Mode::ReduceBcast || ch.mode == Mode::Reduce) {
       const auto& kids = ch.reduce->children(spec_.rank);
       ch.partials.resize(kids.size());
       ch.arrived.assign(kids.size(), false);
@@ -47,34 +54,170 @@ CollectiveOp::CollectiveOp(CollectiveSpec spec) : spec_(std::move(spec)) {
       sources.insert(kids.begin(), kids.end());
       if (ch.reduce->parent(spec_.rank) >= 0) destinations.insert(ch.reduce->parent(spec_.rank));
     }
-    int parent = ch.bcast->parent(spec_.rank);
-    if (parent >= 0) sources.insert(parent);
-    const auto& down = ch.bcast->children(spec_.rank);
-    destinations.insert(down.begin(), down.end());
+    if (ch.mode == Mode::ReduceBcast || ch.mode == Mode::Bcast) {
+      if (ch.bcast->parent(spec_.rank) >= 0) sources.insert(ch.bcast->parent(spec_.rank));
+      const auto& down = ch.bcast->children(spec_.rank);
+      destinations.insert(down.begin(), down.end());
+    }
+    if (ch.route_from >= 0) sources.insert(ch.route_from);
+    if (ch.route_to >= 0) destinations.insert(ch.route_to);
   }
   sources_.assign(sources.begin(), sources.end());
   destinations_.assign(destinations.begin(), destinations.end());
 }
 
-uint8_t* CollectiveOp::chunk_ptr(uint32_t c) const {
-  return static_cast<uint8_t*>(spec_.recv) + chunk_begin_[c] * elem_;
+void CollectiveOp::plan() {
+  const Strategy& s = *spec_.strategy;
+  const int n = spec_.size;
+  const uint64_t block = spec_.count;
+  // Rooted graphs are built once per distinct root; reserve so pointers stay valid.
+  graphs_.reserve(s.pairs.size() * static_cast<size_t>(n) + 1);
+  auto rooted = [&](bool broadcast, int root) {
+    auto gs = broadcast ? broadcast_graphs(s, root) : reduce_graphs(s, root);
+    size_t first = graphs_.size();
+    for (Graph& g : gs) graphs_.push_back(std::move(g));
+    std::vector<const Graph*> out;
+    for (size_t i = first; i < graphs_.size(); ++i) out.push_back(&graphs_[i]);
+    return out;
+  };
+  uint8_t* recv = static_cast<uint8_t*>(spec_.recv);
+  switch (spec_.kind) {
+    case OpKind::Allreduce:
+    case OpKind::Barrier:
+    case OpKind::Consensus: {
+      // The strategy outlives the op (shared_ptr in spec_), so its graphs are used in place.
+      std::vector<const Graph*> r;
+      std::vector<const Graph*> b;
+      for (const GraphPair& p : s.pairs) {
+        r.push_back(&p.reduce);
+        b.push_back(&p.broadcast);
+      }
+      if (spec_.kind == OpKind::Consensus) {
+        // Min of the bytes and min of their complements: equal everywhere iff min == max.
+        scratch_.resize(2 * block);
+        work_ = scratch_.data();
+        add_chunks(Mode::ReduceBcast, 0, 2 * block, r, b, -1);
+      } else {
+        work_ = recv;
+        add_chunks(Mode::ReduceBcast, 0, block, r, b, -1);
+      }
+      break;
+    }
+    case OpKind::Broadcast:
+      work_ = recv;
+      add_chunks(Mode::Bcast, 0, block, {}, rooted(true, spec_.root), -1);
+      break;
+    case OpKind::Reduce:
+      if (spec_.rank == spec_.root) {
+        work_ = recv;
+      } else {
+        scratch_.resize(block * elem_);
+        work_ = scratch_.data();
+      }
+      add_chunks(Mode::Reduce, 0, block, rooted(false, spec_.root), {}, -1);
+      break;
+    case OpKind::Allgather:
+      work_ = recv;
+      for (int b = 0; b < n; ++b) add_chunks(Mode::Bcast, b * block, block, {}, rooted(true, b), b);
+      break;
+    case OpKind::ReduceScatter:
+      scratch_.resize(block * n * elem_);
+      work_ = scratch_.data();
+      for (int b = 0; b < n; ++b) add_chunks(Mode::Reduce, b * block, block, rooted(false, b), {}, b);
+      break;
+    case OpKind::Gather: {
+      if (spec_.rank == spec_.root) {
+        work_ = recv;
+      } else {
+        scratch_.resize(block * n * elem_);
+        work_ = scratch_.data();
+      }
+      auto gs = rooted(false, spec_.root);
+      for (int b = 0; b < n; ++b) add_chunks(Mode::Route, b * block, block, gs, {}, b);
+      break;
+    }
+    case OpKind::None:
+      break;
+  }
 }
 
+void CollectiveOp::add_chunks(Mode mode, uint64_t base, uint64_t count,
+                              const std::vector<const Graph*>& reduce,
+                              const std::vector<const Graph*>& bcast, int origin) {
+  size_t graphs = std::max(reduce.size(), bcast.size());
+  auto bounds = plan_chunks(count, elem_, graphs, spec_.chunk_bytes);
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    Chunk ch;
+    ch.mode = mode;
+    ch.begin = base + bounds[i];
+    ch.end = base + bounds[i + 1];
+    if (!reduce.empty()) ch.reduce = reduce[i % reduce.size()];
+    if (!bcast.empty()) ch.bcast = bcast[i % bcast.size()];
+    if (mode == Mode::Route) {
+      // The block climbs from its owner to the root; find where this rank sits on that path.
+      int prev = -1;
+      for (int at = origin; at >= 0; prev = at, at = ch.reduce->parent(at)) {
+        if (at == spec_.rank) {
+          ch.route_from = prev;
+          ch.route_to = ch.reduce->parent(at);
+          break;
+        }
+      }
+    }
+    plan_.push_back(std::move(ch));
+  }
+}
+
+uint8_t* CollectiveOp::chunk_ptr(uint32_t c) const { return work_ + plan_[c].begin * elem_; }
+
 uint64_t CollectiveOp::chunk_bytes_of(uint32_t c) const {
-  return (chunk_begin_[c + 1] - chunk_begin_[c]) * elem_;
+  return (plan_[c].end - plan_[c].begin) * elem_;
 }
 
 void CollectiveOp::start(std::vector<ChunkSend>* out) {
-  if (spec_.kind == OpKind::Broadcast) {
-    if (spec_.rank != spec_.root) return;
-    for (uint32_t c = 0; c < chunks(); ++c) finalised(c, out);
-    return;
-  }
-  if (spec_.send != spec_.recv && spec_.count > 0) {
-    std::memcpy(spec_.recv, spec_.send, spec_.count * elem_);
+  const uint64_t block_bytes = spec_.count * elem_;
+  const auto* send = static_cast<const uint8_t*>(spec_.send);
+  switch (spec_.kind) {
+    case OpKind::Consensus:
+      for (uint64_t i = 0; i < spec_.count; ++i) {
+        scratch_[i] = send[i];
+        scratch_[spec_.count + i] = static_cast<uint8_t>(~send[i]);
+      }
+      break;
+    case OpKind::Allreduce:
+    case OpKind::Reduce:
+    case OpKind::ReduceScatter: {
+      uint64_t bytes = send_elements(spec_) * elem_;
+      if (bytes > 0 && work_ != send) std::memmove(work_, send, bytes);
+      break;
+    }
+    case OpKind::Allgather:
+    case OpKind::Gather: {
+      uint8_t* own = work_ + static_cast<uint64_t>(spec_.rank) * block_bytes;
+      if (block_bytes > 0 && own != send) std::memmove(own, send, block_bytes);
+      break;
+    }
+    default:
+      break;
   }
   for (uint32_t c = 0; c < chunks(); ++c) {
-    if (chunk_state_[c].pending == 0) reduced(c, out);
+    Chunk& ch = plan_[c];
+    switch (ch.mode) {
+      case Mode::ReduceBcast:
+      case Mode::Reduce:
+        if (ch.pending == 0) reduced(c, out);
+        break;
+      case Mode::Bcast:
+        if (ch.bcast->parent(spec_.rank) < 0) finalised(c, out);
+        break;
+      case Mode::Route:
+        if (ch.route_from < 0) {
+          // The owner sends its block up; ranks off the path have nothing to do.
+          if (ch.route_to >= 0) out->push_back({ch.route_to, c, Stage::Reduce, ch.begin, chunk_ptr(c), chunk_bytes_of(c)});
+          finalised(c, out);
+        }
+        break;
+    }
   }
 }
 
@@ -85,14 +228,20 @@ Status CollectiveOp::target(int src, uint32_t chunk, Stage stage, uint64_t offse
                                       std::to_string(src) + ": " + what};
   };
   if (chunk >= chunks()) return fail("past the last chunk " + std::to_string(chunks() - 1));
-  if (offset != chunk_begin_[chunk] || bytes != chunk_bytes_of(chunk)) {
+  Chunk& ch = plan_[chunk];
+  if (offset != ch.begin || bytes != chunk_bytes_of(chunk)) {
     return fail("offset/length " + std::to_string(offset) + "/" + std::to_string(bytes) +
-                " do not match the chunk plan " + std::to_string(chunk_begin_[chunk]) + "/" +
+                " do not match the chunk plan " + std::to_string(ch.begin) + "/" +
                 std::to_string(chunk_bytes_of(chunk)));
   }
-  Chunk& ch = chunk_state_[chunk];
+  if (stage == Stage::Reduce && ch.mode == Mode::Route) {
+    if (src != ch.route_from) return fail("sender is not on this block's path");
+    if (ch.from_parent) return fail("duplicate chunk");
+    *out = chunk_ptr(chunk);
+    return {};
+  }
   if (stage == Stage::Reduce) {
-    if (ch.reduce == nullptr) return fail("reduce data for a broadcast");
+    if (ch.reduce == nullptr) return fail("reduce data for a chunk that is only broadcast");
     const auto& kids = ch.reduce->children(spec_.rank);
     auto it = std::find(kids.begin(), kids.end(), src);
     if (it == kids.end()) return fail("sender is not a reduce child of this rank");
@@ -102,6 +251,7 @@ Status CollectiveOp::target(int src, uint32_t chunk, Stage stage, uint64_t offse
     *out = ch.partials[idx].data();
     return {};
   }
+  if (ch.bcast == nullptr) return fail("broadcast data for a chunk that is only reduced");
   if (ch.bcast->parent(spec_.rank) != src) return fail("sender is not the broadcast parent");
   if (ch.from_parent) return fail("duplicate chunk");
   *out = chunk_ptr(chunk);
@@ -109,9 +259,12 @@ Status CollectiveOp::target(int src, uint32_t chunk, Stage stage, uint64_t offse
 }
 
 void CollectiveOp::delivered(int src, uint32_t chunk, Stage stage, std::vector<ChunkSend>* out) {
-  Chunk& ch = chunk_state_[chunk];
-  if (stage == Stage::Broadcast) {
+  Chunk& ch = plan_[chunk];
+  if (stage == Stage::Broadcast || ch.mode == Mode::Route) {
     ch.from_parent = true;
+    if (ch.mode == Mode::Route && ch.route_to >= 0) {
+      out->push_back({ch.route_to, chunk, Stage::Reduce, ch.begin, chunk_ptr(chunk), chunk_bytes_of(chunk)});
+    }
     finalised(chunk, out);
     return;
   }
@@ -130,37 +283,57 @@ void CollectiveOp::delivered(int src, uint32_t chunk, Stage stage, std::vector<C
 }
 
 void CollectiveOp::reduced(uint32_t c, std::vector<ChunkSend>* out) {
-  const Chunk& ch = chunk_state_[c];
+  const Chunk& ch = plan_[c];
   int parent = ch.reduce->parent(spec_.rank);
   if (parent >= 0) {
-    out->push_back({parent, c, Stage::Reduce, chunk_begin_[c], chunk_ptr(c), chunk_bytes_of(c)});
+    out->push_back({parent, c, Stage::Reduce, ch.begin, chunk_ptr(c), chunk_bytes_of(c)});
+    // A reduction without a broadcast is this rank's part done once its partial is out.
+    if (ch.mode == Mode::Reduce) finalised(c, out);
     return;
   }
-  if (spec_.redop == RedOp::Avg && spec_.kind == OpKind::Allreduce) {
+  if (spec_.redop == RedOp::Avg && spec_.kind != OpKind::Barrier) {
     finish_average(spec_.dtype, chunk_ptr(c), chunk_bytes_of(c) / elem_, spec_.size);
   }
   finalised(c, out);
 }
 
 void CollectiveOp::finalised(uint32_t c, std::vector<ChunkSend>* out) {
-  Chunk& ch = chunk_state_[c];
+  Chunk& ch = plan_[c];
   ch.final = true;
-  ++final_chunks_;
-  for (int child : ch.bcast->children(spec_.rank)) {
-    out->push_back({child, c, Stage::Broadcast, chunk_begin_[c], chunk_ptr(c), chunk_bytes_of(c)});
+  if (ch.bcast != nullptr) {
+    for (int child : ch.bcast->children(spec_.rank)) {
+      out->push_back({child, c, Stage::Broadcast, ch.begin, chunk_ptr(c), chunk_bytes_of(c)});
+    }
+  }
+  if (++final_chunks_ == chunks()) finish();
+}
+
+void CollectiveOp::finish() {
+  const uint64_t block_bytes = spec_.count * elem_;
+  if (spec_.kind == OpKind::ReduceScatter && block_bytes > 0) {
+    std::memcpy(spec_.recv, work_ + static_cast<uint64_t>(spec_.rank) * block_bytes, block_bytes);
+  }
+  if (spec_.kind == OpKind::Consensus && spec_.agree != nullptr) {
+    bool same = true;
+    for (uint64_t i = 0; i < spec_.count && same; ++i) {
+      same = scratch_[i] == static_cast<uint8_t>(~scratch_[spec_.count + i]);
+    }
+    *spec_.agree = same ? 1 : 0;
   }
 }
 
 std::vector<int> CollectiveOp::waiting_on() const {
   std::set<int> ranks;
-  for (const Chunk& ch : chunk_state_) {
+  for (const Chunk& ch : plan_) {
     if (ch.final) continue;
-    if (ch.pending > 0) {
+    if (ch.mode == Mode::Route) {
+      if (ch.route_from >= 0) ranks.insert(ch.route_from);
+    } else if (ch.pending > 0) {
       const auto& kids = ch.reduce->children(spec_.rank);
       for (size_t i = 0; i < kids.size(); ++i) {
         if (!ch.arrived[i]) ranks.insert(kids[i]);
       }
-    } else if (ch.bcast->parent(spec_.rank) >= 0) {
+    } else if (ch.bcast != nullptr && ch.bcast->parent(spec_.rank) >= 0) {
       ranks.insert(ch.bcast->parent(spec_.rank));
     }
   }

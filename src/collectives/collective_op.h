@@ -1,15 +1,19 @@
 // One collective operation scheduled over a strategy's graphs, as a state machine with
 // no I/O of its own: the runtime feeds it arrived chunks and sends what it asks for.
 //
-// The buffer is cut into chunks; chunk c runs on graph pair c mod P.
-//  allreduce: on each chunk, a rank waits for the partial sums of its reduce-graph
-//    children, adds its own, and passes the result to its parent; the root (after the
-//    Avg division) has the final chunk and sends it down the broadcast graph. Every rank
-//    ends with the root's bytes, so results are bitwise identical on all peers.
-//    Cost per rank: ring 2(n-1)/n of the buffer in ~2(n-1) pipelined steps;
-//    tree ~2 log2(n) steps of the whole buffer.
-//  broadcast: the broadcast graphs renamed to start at the root; chunks pipeline down.
-//  barrier: an allreduce of nothing: one empty chunk up the tree and down again.
+// Every collective is a set of chunks over a work buffer; each chunk moves one way:
+//  ReduceBcast (allreduce, barrier, consensus): up a reduce graph, where each rank adds
+//    its children's partial sums to its own, then down the paired broadcast graph from
+//    the root. Every rank ends with the root's bytes: bitwise identical on all peers.
+//    Ring: 2(n-1)/n of the buffer per rank, pipelined; tree: ~2 log2(n) hops.
+//  Bcast (broadcast, allgather): down a broadcast graph from its root (the owner of the
+//    block); allgather runs one such broadcast per rank's block, concurrently.
+//  Reduce (reduce, reduce_scatter): up a reduce graph to its root only; reduce_scatter
+//    runs one such reduction per block, each ending at the block's owner.
+//  Route (gather): a block travels unchanged along the reduce graph's path from its
+//    owner to the root; ranks off the path take no part in that chunk.
+// Buffers are split into chunks of about chunk_bytes; chunk i of a block runs on graph
+// i mod P, so several rooted graphs share the load.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +32,13 @@ struct CollectiveSpec {
   OpKind kind = OpKind::Allreduce;
   DType dtype = DType::F32;
   RedOp redop = RedOp::Sum;
+  // Elements: of the whole buffer (allreduce, broadcast, reduce, consensus bytes) or of
+  // one rank's block (allgather, gather, reduce_scatter).
   uint64_t count = 0;
-  int root = 0;                       // broadcast only
-  const void* send = nullptr;         // allreduce input (may equal recv)
-  void* recv = nullptr;               // allreduce output; broadcast buffer
+  int root = 0;                       // broadcast, reduce, gather
+  const void* send = nullptr;         // input (may equal recv where in-place is allowed)
+  void* recv = nullptr;               // output (broadcast: the buffer)
+  int* agree = nullptr;               // consensus: 1 if every peer held the same bytes
   int rank = 0;
   int size = 1;
   std::shared_ptr<const Strategy> strategy;
@@ -43,7 +50,7 @@ struct ChunkSend {
   int dst;
   uint32_t chunk;
   Stage stage;
-  uint64_t offset;                    // in elements
+  uint64_t offset;                    // in elements of the work buffer
   const uint8_t* data;
   uint64_t bytes;
 };
@@ -53,7 +60,7 @@ class CollectiveOp {
   explicit CollectiveOp(CollectiveSpec spec);
 
   const CollectiveSpec& spec() const { return spec_; }
-  uint32_t chunks() const { return static_cast<uint32_t>(chunk_begin_.size() - 1); }
+  uint32_t chunks() const { return static_cast<uint32_t>(plan_.size()); }
   // Ranks that send data to this one during the op (ascending, no duplicates).
   const std::vector<int>& sources() const { return sources_; }
   // Ranks this one sends data to during the op (ascending, no duplicates).
@@ -72,26 +79,39 @@ class CollectiveOp {
   std::vector<int> waiting_on() const;
 
  private:
+  enum class Mode : uint8_t { ReduceBcast, Bcast, Reduce, Route };
   struct Chunk {
-    const Graph* reduce = nullptr;     // null for broadcast
+    Mode mode = Mode::ReduceBcast;
+    uint64_t begin = 0;                // elements of the work buffer
+    uint64_t end = 0;
+    const Graph* reduce = nullptr;
     const Graph* bcast = nullptr;
-    std::vector<std::vector<uint8_t>> partials;  // one per reduce child, in child order
+    // Reduce stages: one partial per reduce child, combined in child order.
+    std::vector<std::vector<uint8_t>> partials;
     std::vector<bool> arrived;
     size_t pending = 0;
-    bool from_parent = false;          // broadcast data arrived
+    // Route: the neighbour this rank receives the block from and forwards it to.
+    int route_from = -1;
+    int route_to = -1;
+    bool from_parent = false;
     bool final = false;
   };
 
+  void plan();
+  void add_chunks(Mode mode, uint64_t base, uint64_t count, const std::vector<const Graph*>& reduce,
+                  const std::vector<const Graph*>& bcast, int origin);
   uint8_t* chunk_ptr(uint32_t c) const;
   uint64_t chunk_bytes_of(uint32_t c) const;
   void reduced(uint32_t c, std::vector<ChunkSend>* out);
   void finalised(uint32_t c, std::vector<ChunkSend>* out);
+  void finish();
 
   CollectiveSpec spec_;
   size_t elem_ = 1;
-  std::vector<uint64_t> chunk_begin_;  // element offsets, chunks()+1 entries
-  std::vector<Graph> bcast_graphs_;    // broadcast only: renamed to the root
-  std::vector<Chunk> chunk_state_;
+  uint8_t* work_ = nullptr;            // where chunks live: recv, or scratch_
+  std::vector<uint8_t> scratch_;
+  std::vector<Graph> graphs_;          // rerooted graphs for rooted kinds
+  std::vector<Chunk> plan_;
   std::vector<int> sources_;
   std::vector<int> destinations_;
   uint32_t final_chunks_ = 0;
@@ -102,5 +122,10 @@ class CollectiveOp {
 // enough elements, and at least one (possibly empty) chunk.
 std::vector<uint64_t> plan_chunks(uint64_t count, size_t elem, size_t pairs,
                                   uint64_t chunk_bytes);
+
+// Elements of the send and receive buffers a rank passes for a spec (receive: 0 where
+// the op writes nothing on this rank).
+uint64_t send_elements(const CollectiveSpec& spec);
+uint64_t recv_elements(const CollectiveSpec& spec);
 
 }  // namespace taiji

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <utility>
 
+#include "topology/text.h"
+
 namespace taiji {
 
 namespace {
@@ -25,7 +27,6 @@ constexpr uint64_t kMinChunkBytes = 4 * kKiB;
 // The frame header carries name_len in 16 bits.
 constexpr uint32_t kMaxNameLenCap = 65535;
 
-constexpr std::array<std::string_view, 3> kTopologies = {"ring", "tree", "star"};
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
 
@@ -361,6 +362,9 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
   fill_string(&c.listen_host, "TAIJI_LISTEN_HOST", "127.0.0.1", env, &listen_src);
   fill_string(&c.job_id, "TAIJI_JOB_ID", "taiji", env, &job_src);
   fill_string(&c.topology, "TAIJI_TOPOLOGY", "", env, &topo_src);
+  std::string host_src;
+  fill_string(&c.host_label, "TAIJI_HOST", "", env, &host_src);
+  if (c.host_label.empty()) c.host_label = c.listen_host;
   fill_string(&c.log_level, "TAIJI_LOG_LEVEL", "warn", env, &level_src);
 
   if (Status s = fill_timeout(&c.timeout_ms, "timeout_ms", "TAIJI_TIMEOUT_MS", env); !s.is_ok()) {
@@ -417,8 +421,10 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
   if (c.job_id.size() > c.max_name_len) {
     return config_error("job id " + job_src + " is longer than max_name_len " + name_len_src);
   }
-  if (!c.topology.empty() && !one_of(c.topology, kTopologies)) {
-    return config_error("topology " + topo_src + " is not one of " + join(kTopologies));
+  if (!c.topology.empty()) {
+    // Host-aware shapes are rebuilt once the hosts are known; this checks the text.
+    auto parsed = parse_topology(c.topology, c.size, {});
+    if (!parsed.is_ok()) return config_error("topology " + topo_src + ": " + parsed.status().message());
   }
   if (!one_of(c.log_level, kLogLevels)) {
     return config_error("log level " + level_src + " is not one of " + join(kLogLevels));

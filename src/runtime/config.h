@@ -31,7 +31,8 @@ struct Config {
   uint64_t unexpected_bytes = 0;    // cap of early-arrival buffer; 0: unset (64 MiB)
   uint64_t max_payload = 0;         // cap of one frame's payload; 0: unset (64 MiB)
   uint32_t max_name_len = 0;        // cap of an op name; 0: unset (256)
-  std::string topology;             // strategy name; empty: automatic by size
+  std::string topology;             // built-in name or explicit text; empty: automatic by size
+  std::string host_label;           // peers with equal labels share a host; empty: listen_host
   std::string log_level;            // trace, debug, info, warn, error, off; empty: warn
 };
 
@@ -45,7 +46,7 @@ struct Config {
 //   SLURM_PROCID, SLURM_NTASKS (Slurm)
 // and TAIJI_LISTEN_HOST, TAIJI_JOB_ID, TAIJI_TIMEOUT_MS, TAIJI_INIT_TIMEOUT_MS,
 // TAIJI_CHUNK_BYTES, TAIJI_EAGER_BYTES, TAIJI_UNEXPECTED_BYTES, TAIJI_MAX_PAYLOAD_BYTES,
-// TAIJI_MAX_NAME_LEN, TAIJI_TOPOLOGY, TAIJI_LOG_LEVEL.
+// TAIJI_MAX_NAME_LEN, TAIJI_TOPOLOGY, TAIJI_HOST, TAIJI_LOG_LEVEL.
 // Byte sizes accept a K, M or G suffix (powers of 1024). Nothing set at all means a single
 // peer: rank 0 of 1. Errors (Code::Config) name the variable and the offending value.
 Result<Config> resolve_config(Config explicit_values, const EnvLookup& env);

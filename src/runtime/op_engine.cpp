@@ -22,6 +22,11 @@ std::string kind_name(OpKind k) {
     case OpKind::Allreduce: return "allreduce";
     case OpKind::Broadcast: return "broadcast";
     case OpKind::Barrier: return "barrier";
+    case OpKind::Allgather: return "allgather";
+    case OpKind::Reduce: return "reduce";
+    case OpKind::Gather: return "gather";
+    case OpKind::ReduceScatter: return "reduce_scatter";
+    case OpKind::Consensus: return "consensus";
     case OpKind::None: break;
   }
   return "op";
@@ -38,10 +43,10 @@ std::string describe(OpKind kind, uint64_t count, uint8_t dtype, uint8_t redop, 
     s += " count " + std::to_string(count) + " " +
          std::string(valid_dtype(dtype) ? dtype_name(static_cast<DType>(dtype)) : "dtype?");
   }
-  if (kind == OpKind::Allreduce) {
+  if (op_kind_reduces(kind)) {
     s += " " + std::string(valid_redop(redop) ? redop_name(static_cast<RedOp>(redop)) : "op?");
   }
-  if (kind == OpKind::Broadcast) s += " root " + std::to_string(root);
+  if (op_kind_rooted(kind)) s += " root " + std::to_string(root);
   return s + " strategy " + std::to_string(strategy);
 }
 
@@ -57,6 +62,7 @@ struct OpEngine::Active {
   Key key;
   std::unique_ptr<CollectiveOp> op;
   std::shared_ptr<RequestState> request;
+  std::function<Status(const Status&)> finish_hook;
   uint64_t timeout_ms = 0;
   uint64_t deadline = 0;
   std::vector<bool> ready_from;
@@ -102,6 +108,7 @@ void OpEngine::start(PostedOp posted) {
   auto op = std::make_unique<Active>();
   op->key = {posted.name, posted.version};
   op->request = std::move(posted.request);
+  op->finish_hook = std::move(posted.finish_hook);
   op->timeout_ms = posted.timeout_ms;
   op->deadline = uv_now(loop_) + posted.timeout_ms;
   op->ready_from.assign(opt_.size, false);
@@ -241,8 +248,8 @@ Status OpEngine::check_match(const Active& op, const FrameHeader& h) const {
   const CollectiveSpec& s = op.op->spec();
   bool same = h.op_kind == s.kind && h.count == s.count && h.strategy == s.strategy_id;
   if (s.kind != OpKind::Barrier) same = same && h.dtype == static_cast<uint8_t>(s.dtype);
-  if (s.kind == OpKind::Allreduce) same = same && h.redop == static_cast<uint8_t>(s.redop);
-  if (s.kind == OpKind::Broadcast) same = same && h.root == static_cast<uint32_t>(s.root);
+  if (op_kind_reduces(s.kind)) same = same && h.redop == static_cast<uint8_t>(s.redop);
+  if (op_kind_rooted(s.kind)) same = same && h.root == static_cast<uint32_t>(s.root);
   if (same) return {};
   return {Code::Mismatch,
           "'" + op.key.first + "' version " + std::to_string(op.key.second) + ": rank " +
@@ -327,7 +334,9 @@ void OpEngine::maybe_finish(Active& op) {
   std::unique_ptr<Active> owned = std::move(it->second);
   ops_.erase(it);
   names_->release(owned->key.first, owned->key.second);
-  owned->request->complete(owned->failed ? owned->failure : Status{});
+  Status result = owned->failed ? owned->failure : Status{};
+  if (owned->finish_hook) result = owned->finish_hook(result);
+  owned->request->complete(result);
 }
 
 void OpEngine::release_early_bytes(uint64_t bytes) {

@@ -34,6 +34,9 @@ struct PostedOp {
   CollectiveSpec spec;
   uint64_t timeout_ms = 60000;
   std::shared_ptr<RequestState> request;
+  // Runs on the I/O thread when the op ends, before its request completes; may change
+  // the status the request reports.
+  std::function<Status(const Status&)> finish_hook;
 };
 
 class OpEngine final : public ReceiveHandler {

@@ -26,7 +26,7 @@ int64_t remaining_ms(std::chrono::steady_clock::time_point deadline) {
 
 }  // namespace
 
-Peer::Peer(const Config& config) : config_(config), strategies_(config.size) {
+Peer::Peer(const Config& config) : config_(config) {
   set_log_level(config_.log_level);
   uv_loop_init(&loop_);
   uv_async_init(&loop_, &wake_, [](uv_async_t* a) { static_cast<Peer*>(a->data)->drain_inbox(); });
@@ -63,6 +63,7 @@ Status Peer::bootstrap() {
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(config_.init_timeout_ms);
   std::vector<std::string> addresses(config_.size);
+  std::vector<std::string> labels(config_.size, config_.host_label);
   if (config_.size > 1) {
     if (config_.host_rendezvous == 1) {
       std::string host;
@@ -77,18 +78,35 @@ Status Peer::bootstrap() {
     if (!self.is_ok()) return self.status();
     auto client = RendezvousClient::connect(config_.rendezvous, remaining_ms(deadline));
     if (!client.is_ok()) return client.status();
+    // Each peer publishes "address\nhost label": where to dial it, and whom it shares a host with.
     std::string prefix = config_.job_id + "/addr/";
-    Status s = client.value()->set(prefix + std::to_string(config_.rank), self.value());
+    Status s = client.value()->set(prefix + std::to_string(config_.rank),
+                                   self.value() + "\n" + config_.host_label);
     if (!s.is_ok()) return s;
     for (int r = 0; r < config_.size; ++r) {
-      auto addr = client.value()->get(prefix + std::to_string(r), remaining_ms(deadline));
-      if (!addr.is_ok()) {
-        return {addr.status().code() == Code::Timeout ? Code::Timeout : Code::Bootstrap,
+      auto value = client.value()->get(prefix + std::to_string(r), remaining_ms(deadline));
+      if (!value.is_ok()) {
+        return {value.status().code() == Code::Timeout ? Code::Timeout : Code::Bootstrap,
                 "rank " + std::to_string(r) + " did not publish its address: " +
-                    addr.status().message()};
+                    value.status().message()};
       }
-      addresses[r] = addr.value();
+      auto newline = value.value().find('\n');
+      addresses[r] = value.value().substr(0, newline);
+      labels[r] = newline == std::string::npos ? addresses[r] : value.value().substr(newline + 1);
     }
+  }
+  // Hosts are numbered by first appearance in rank order, the same on every peer.
+  std::vector<std::string> hosts;
+  for (const std::string& label : labels) {
+    auto at = std::find(hosts.begin(), hosts.end(), label);
+    host_of_.push_back(static_cast<int>(at - hosts.begin()));
+    if (at == hosts.end()) hosts.push_back(label);
+  }
+  strategies_ = std::make_unique<StrategyCache>(config_.size, host_of_);
+  if (!config_.topology.empty()) {
+    auto configured = resolve_topology(config_.topology);
+    if (!configured.is_ok()) return {Code::Config, configured.status().message()};
+    current_ = configured.value();
   }
   uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Peer*>(t->data)->on_tick(); }, kTickMs, kTickMs);
   thread_ = std::thread([this] {
@@ -155,69 +173,6 @@ void Peer::drain_inbox() {
     work.swap(inbox_);
   }
   for (auto& fn : work) fn();
-}
-
-Result<std::shared_ptr<RequestState>> Peer::post(PostArgs args) {
-  auto invalid = [](const std::string& m) { return Status{Code::InvalidArgument, m}; };
-  if (args.name.empty()) return invalid("op name is empty");
-  if (args.name.size() > config_.max_name_len) {
-    return invalid("op name is " + std::to_string(args.name.size()) + " bytes; the cap is " +
-                   std::to_string(config_.max_name_len));
-  }
-  if (args.timeout_ms < 0) return invalid("timeout_ms is negative");
-  size_t elem = dtype_size(args.dtype);
-  if (args.count > (UINT64_MAX >> 4) / elem) return invalid("count is too large");
-  if (args.count > 0 && (args.recv == nullptr || (args.kind == OpKind::Allreduce && args.send == nullptr))) {
-    return invalid("buffer is NULL with a non-zero count");
-  }
-  if (args.kind == OpKind::Broadcast && (args.root < 0 || args.root >= config_.size)) {
-    return invalid("root " + std::to_string(args.root) + " is not a rank of this " +
-                   std::to_string(config_.size) + "-peer job");
-  }
-  std::string topology = !args.topology.empty() ? args.topology : config_.topology;
-  if (topology.empty()) topology = select_strategy(args.count * elem, default_selection());
-  uint8_t id = strategy_id(topology);
-  if (id == 0) return invalid("unknown topology '" + topology + "'");
-  {
-    std::lock_guard<std::mutex> lock(state_mu_);
-    if (closing_) return Status{Code::Finalized, "peer is finalized or aborted"};
-  }
-  auto version = names_.reserve(args.name, args.version);
-  if (!version.is_ok()) return version.status();
-
-  PostedOp op;
-  op.name = args.name;
-  op.version = version.value();
-  op.timeout_ms = static_cast<uint64_t>(args.timeout_ms > 0 ? args.timeout_ms : config_.timeout_ms);
-  op.spec.kind = args.kind;
-  op.spec.dtype = args.dtype;
-  op.spec.redop = args.redop;
-  op.spec.count = args.count;
-  op.spec.root = args.root;
-  op.spec.send = args.send;
-  op.spec.recv = args.recv;
-  op.spec.rank = config_.rank;
-  op.spec.size = config_.size;
-  op.spec.strategy = strategies_.get(id);
-  op.spec.strategy_id = id;
-  // A chunk plus rounding must fit one frame.
-  op.spec.chunk_bytes = std::min<uint64_t>(config_.chunk_bytes, config_.max_payload - 8);
-  auto request = std::make_shared<RequestState>(op.version, std::move(args.callback));
-  op.request = request;
-  bool queued = false;
-  {
-    std::lock_guard<std::mutex> lock(inbox_mu_);
-    if (!loop_closed_) {
-      inbox_.push_back([this, op = std::move(op)]() mutable { engine_->start(std::move(op)); });
-      queued = true;
-    }
-  }
-  if (!queued) {
-    names_.release(args.name, version.value());
-    return Status{Code::Finalized, "peer is finalized or aborted"};
-  }
-  uv_async_send(&wake_);
-  return request;
 }
 
 Status Peer::finalize() {

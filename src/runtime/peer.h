@@ -5,6 +5,7 @@
 #include <uv.h>
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,7 @@ struct PostArgs {
   DType dtype = DType::F32;
   RedOp redop = RedOp::Sum;
   int root = 0;
+  int* agree = nullptr;           // consensus output
   int64_t timeout_ms = 0;         // 0: the peer's default
   std::string topology;           // empty: the peer's choice
   RequestState::Callback callback;
@@ -48,6 +50,14 @@ class Peer {
 
   // Checks the arguments, reserves (name, version) and hands the op to the I/O thread.
   Result<std::shared_ptr<RequestState>> post(PostArgs args);
+  // A collective: every peer proposes a topology (an empty strategy: automatic choice by
+  // size); if all agree, ops posted after this call use it; otherwise all get Mismatch and
+  // keep the old one.
+  Result<std::shared_ptr<RequestState>> set_topology(BoundStrategy proposed, int64_t timeout_ms,
+                                                     RequestState::Callback callback);
+  // A built-in name or the explicit text form, for this cluster (its host map).
+  Result<BoundStrategy> resolve_topology(const std::string& text) const;
+  const std::vector<int>& host_of() const { return host_of_; }
   // Waits (bounded by the op timeout) for in-flight ops, says goodbye, stops the thread.
   Status finalize();
   // Fails every op with Aborted and closes all links at once; does not wait.
@@ -65,6 +75,13 @@ class Peer {
   explicit Peer(const Config& config);
   Status bootstrap();
   void run_on_loop(std::function<void()> fn);
+  Result<PostedOp> prepare(PostArgs& args);
+  Status queue(std::function<void()> task, const std::string& name, uint64_t version);
+  // I/O thread: gives an op its graphs (the current topology, or the size rule).
+  void bind(PostedOp& op) const;
+  // I/O thread: starts an op now, or later if a topology change is being agreed.
+  void enter(std::function<void()> start);
+  void open_gate();
   void drain_inbox();
   void set_error(const Status& s);
   enum class CloseMode {
@@ -80,7 +97,14 @@ class Peer {
 
   Config config_;
   NameTable names_;
-  StrategyCache strategies_;
+  std::vector<int> host_of_;            // host index of every rank
+  std::unique_ptr<StrategyCache> strategies_;
+
+  // I/O thread only: the topology ops use when they name none (empty: by size), and ops
+  // waiting for a topology change to settle.
+  BoundStrategy current_;
+  bool gate_ = false;
+  std::deque<std::function<void()>> gated_;
   uv_loop_t loop_{};
   uv_async_t wake_{};
   uv_timer_t tick_{};

@@ -2,6 +2,7 @@
 // any number of caller threads.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -25,9 +26,13 @@ class RequestState {
   // Waits up to timeout_ms (negative: no limit); true if completed.
   bool wait_for(int64_t timeout_ms, Status* out) const;
   uint64_t version() const { return version_; }
+  // Digest of the graphs the op runs on (0 until it started).
+  uint64_t topology_digest() const { return topology_digest_; }
+  void set_topology_digest(uint64_t d) { topology_digest_ = d; }
 
  private:
   const uint64_t version_;
+  std::atomic<uint64_t> topology_digest_{0};
   Callback callback_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;

@@ -58,6 +58,8 @@ Graph::Graph(std::vector<int> parent) : parent_(std::move(parent)) {
 Graph Graph::rotated(int shift) const {
   const int n = size();
   if (n == 0) return Graph();
+  // Reduced first so that r + shift cannot overflow for any int shift.
+  shift = mod(shift, n);
   std::vector<int> q(parent_.size(), -1);
   for (int r = 0; r < n; ++r) {
     const int p = parent_[r];
@@ -65,6 +67,25 @@ Graph Graph::rotated(int shift) const {
     // into a valid-looking one.
     q[mod(r + shift, n)] = (p >= 0 && p < n) ? mod(p + shift, n) : p;
   }
+  return Graph(std::move(q));
+}
+
+Graph Graph::rerooted(int new_root) const {
+  const int n = size();
+  if (new_root < 0 || new_root >= n || new_root == root_) return *this;
+  // At most n steps: in an invalid graph the walk may enter a cycle and never end.
+  std::vector<int> path{new_root};
+  int x = new_root;
+  for (int steps = 0; steps < n && parent_[x] != -1; ++steps) {
+    const int p = parent_[x];
+    if (p < 0 || p >= n || p == x) return *this;
+    path.push_back(p);
+    x = p;
+  }
+  if (parent_[x] != -1) return *this;
+  std::vector<int> q = parent_;
+  q[new_root] = -1;
+  for (size_t i = 1; i < path.size(); ++i) q[path[i]] = path[i - 1];
   return Graph(std::move(q));
 }
 
@@ -127,64 +148,29 @@ Status validate_pair(const GraphPair& p, int n) {
   return Status::ok();
 }
 
-Strategy make_ring(int n) {
-  Strategy s{"ring", {}};
-  for (int k = 0; k < n; ++k) {
-    std::vector<int> up(static_cast<size_t>(n));
-    std::vector<int> down(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      up[r] = r == k ? -1 : (r + 1) % n;
-      down[r] = r == k ? -1 : (r - 1 + n) % n;
-    }
-    s.pairs.push_back({Graph(std::move(up)), Graph(std::move(down))});
+namespace {
+
+// Shared by both directions: keep the pairs already rooted at `root`, else reroot all.
+template <typename Pick>
+std::vector<Graph> rooted_graphs(const Strategy& s, int root, Pick pick) {
+  std::vector<Graph> out;
+  for (const GraphPair& p : s.pairs) {
+    if (pick(p).root() == root) out.push_back(pick(p));
   }
-  return s;
+  if (!out.empty()) return out;
+  out.reserve(s.pairs.size());
+  for (const GraphPair& p : s.pairs) out.push_back(pick(p).rerooted(root));
+  return out;
 }
 
-Strategy make_tree(int n) {
-  Strategy s{"tree", {}};
-  if (n < 1) return s;
-  std::vector<int> parent(static_cast<size_t>(n));
-  parent[0] = -1;
-  for (int r = 1; r < n; ++r) parent[r] = (r - 1) / 2;
-  Graph g(std::move(parent));
-  s.pairs.push_back({g, g});
-  return s;
-}
-
-Strategy make_star(int n) {
-  Strategy s{"star", {}};
-  if (n < 1) return s;
-  std::vector<int> parent(static_cast<size_t>(n), 0);
-  parent[0] = -1;
-  Graph g(std::move(parent));
-  s.pairs.push_back({g, g});
-  return s;
-}
-
-Result<Strategy> make_strategy(std::string_view name, int n) {
-  if (n < 1) {
-    return invalid("strategy '" + std::string(name) + "' needs at least 1 rank, got " +
-                   std::to_string(n));
-  }
-  if (name == "ring") return make_ring(n);
-  if (name == "tree") return make_tree(n);
-  if (name == "star") return make_star(n);
-  return invalid("unknown strategy '" + std::string(name) + "' (known: ring, tree, star)");
-}
+}  // namespace
 
 std::vector<Graph> broadcast_graphs(const Strategy& s, int root) {
-  std::vector<Graph> out;
-  out.reserve(s.pairs.size());
-  for (const GraphPair& p : s.pairs) {
-    const Graph& g = p.broadcast;
-    if (g.size() == 0 || g.root() < 0) {
-      out.push_back(g);
-      continue;
-    }
-    out.push_back(g.rotated(mod(root - g.root(), g.size())));
-  }
-  return out;
+  return rooted_graphs(s, root, [](const GraphPair& p) -> const Graph& { return p.broadcast; });
+}
+
+std::vector<Graph> reduce_graphs(const Strategy& s, int root) {
+  return rooted_graphs(s, root, [](const GraphPair& p) -> const Graph& { return p.reduce; });
 }
 
 }  // namespace taiji

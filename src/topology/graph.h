@@ -27,6 +27,11 @@ class Graph {
 
   // The same shape with every rank r renamed to (r + shift) mod n.
   Graph rotated(int shift) const;
+  // The same undirected edges rooted at new_root: the links on the path from new_root up to
+  // the old root are reversed. Unlike rotated() no rank moves, so a host-aware shape keeps
+  // its local edges. A copy of *this when new_root is out of range or its walk upward does
+  // not end at a root (an invalid graph).
+  Graph rerooted(int new_root) const;
 
  private:
   std::vector<int> parent_;
@@ -49,7 +54,8 @@ Status validate_graph(const Graph& g, int n);
 // Both graphs valid over n ranks and the broadcast graph rooted where the reduce graph ends.
 Status validate_pair(const GraphPair& p, int n);
 
-// Built-in strategies (n >= 1):
+// Built-in strategies (n >= 1); the full set, host-aware ones included, and make_strategy
+// with a host map are in topology/strategies.h.
 //   ring:  n pairs; pair k reduces along the chain k+1 -> k+2 -> ... -> k and broadcasts
 //          along k -> k+1 -> ... -> k-1. Pipelined over chunks every peer sends 2(n-1)/n
 //          of the buffer: bandwidth-optimal for large buffers.
@@ -59,11 +65,15 @@ Status validate_pair(const GraphPair& p, int n);
 Strategy make_ring(int n);
 Strategy make_tree(int n);
 Strategy make_star(int n);
-// By name ("ring", "tree", "star"); an unknown name is an InvalidArgument error.
+// By name, with every rank on its own host; an unknown name is an InvalidArgument error
+// that lists the known names.
 Result<Strategy> make_strategy(std::string_view name, int n);
 
-// Broadcast graphs for a broadcast from `root`: the strategy's broadcast graphs, each
-// renamed so that it is rooted at `root`.
+// Graphs for an op rooted at `root` (broadcast, reduce). The pairs whose graph is already
+// rooted there are used as they are, all of them in pair order; only when none is, every
+// pair's graph is rerooted at `root`. Taking the strategy's own graphs keeps host-aware
+// shapes intact, and for a ring it gives the chain of n-1 hops starting at the root.
 std::vector<Graph> broadcast_graphs(const Strategy& s, int root);
+std::vector<Graph> reduce_graphs(const Strategy& s, int root);
 
 }  // namespace taiji

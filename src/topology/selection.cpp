@@ -1,12 +1,9 @@
 #include "topology/selection.h"
 
-#include <array>
+#include "topology/strategies.h"
+#include "topology/text.h"
 
 namespace taiji {
-
-namespace {
-constexpr std::array<std::string_view, 3> kNames = {"ring", "tree", "star"};
-}
 
 const std::vector<SelectionRule>& default_selection() {
   static const std::vector<SelectionRule> rules = {
@@ -24,22 +21,39 @@ std::string_view select_strategy(uint64_t bytes, const std::vector<SelectionRule
 }
 
 uint8_t strategy_id(std::string_view name) {
-  for (size_t i = 0; i < kNames.size(); ++i) {
-    if (kNames[i] == name) return static_cast<uint8_t>(i + 1);
+  const auto& names = strategy_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<uint8_t>(i + 1);
   }
   return 0;
 }
 
-StrategyCache::StrategyCache(int size) {
-  for (auto name : kNames) {
-    auto made = make_strategy(name, size);
-    built_.push_back(made.is_ok() ? std::make_shared<const Strategy>(std::move(made.value()))
-                                  : nullptr);
+uint8_t custom_strategy_id(uint64_t digest) { return static_cast<uint8_t>(0x80 | (digest & 0x7f)); }
+
+BoundStrategy bind_custom(Strategy s) {
+  BoundStrategy b;
+  b.digest = topology_digest(s);
+  b.id = custom_strategy_id(b.digest);
+  b.strategy = std::make_shared<const Strategy>(std::move(s));
+  return b;
+}
+
+StrategyCache::StrategyCache(int size, const std::vector<int>& host_of) {
+  const auto& names = strategy_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto made = make_strategy(names[i], size, host_of);
+    BoundStrategy b;
+    if (made.is_ok()) {
+      b.digest = topology_digest(made.value());
+      b.id = static_cast<uint8_t>(i + 1);
+      b.strategy = std::make_shared<const Strategy>(std::move(made.value()));
+    }
+    built_.push_back(std::move(b));
   }
 }
 
-std::shared_ptr<const Strategy> StrategyCache::get(uint8_t id) const {
-  if (id == 0 || id > built_.size()) return nullptr;
+BoundStrategy StrategyCache::get(uint8_t id) const {
+  if (id == 0 || id > built_.size()) return {};
   return built_[id - 1];
 }
 

@@ -1,6 +1,7 @@
-// Which built-in strategy an op uses. The default choice is a table (by message size),
-// not code, and TAIJI_TOPOLOGY or the per-op option overrides it by name. Each strategy
-// has a small id that travels in frames so peers can check they agree.
+// Which strategy an op uses. The default choice is a table (by message size), not code;
+// TAIJI_TOPOLOGY, a swap at run time, or the per-op option override it. Each strategy has
+// a one-byte id that travels in frames so peers can check they agree: built-ins use their
+// position in strategy_names() + 1, explicit (custom) graphs 0x80 | 7 bits of their digest.
 #pragma once
 
 #include <cstdint>
@@ -21,19 +22,28 @@ struct SelectionRule {
 const std::vector<SelectionRule>& default_selection();
 std::string_view select_strategy(uint64_t bytes, const std::vector<SelectionRule>& rules);
 
-// 0 for an unknown name.
+// 0 for a name that is not a built-in.
 uint8_t strategy_id(std::string_view name);
+uint8_t custom_strategy_id(uint64_t digest);
 
-// The built-in strategies for one world size, built once; read-only afterwards, so
-// any thread may use it.
+// A strategy ready for ops: the graphs, their digest and their wire id.
+struct BoundStrategy {
+  std::shared_ptr<const Strategy> strategy;
+  uint64_t digest = 0;
+  uint8_t id = 0;
+};
+BoundStrategy bind_custom(Strategy s);
+
+// The built-in strategies for one cluster (world size and host map), built once and
+// read-only afterwards, so any thread may use it.
 class StrategyCache {
  public:
-  explicit StrategyCache(int size);
-  // The strategy with that id (from strategy_id); nullptr for an unknown id.
-  std::shared_ptr<const Strategy> get(uint8_t id) const;
+  StrategyCache(int size, const std::vector<int>& host_of);
+  // The built-in with that id (from strategy_id); an empty result for an unknown id.
+  BoundStrategy get(uint8_t id) const;
 
  private:
-  std::vector<std::shared_ptr<const Strategy>> built_;
+  std::vector<BoundStrategy> built_;
 };
 
 }  // namespace taiji

@@ -134,7 +134,7 @@ Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits,
   }
   if (h.type == MsgType::Data) {
     if (!valid_dtype(h.dtype)) return bad("bad dtype " + num(h.dtype));
-    if (h.op_kind == OpKind::Allreduce && !valid_redop(h.redop)) {
+    if (op_kind_reduces(h.op_kind) && !valid_redop(h.redop)) {
       return bad("bad redop " + num(h.redop));
     }
     if (h.root >= limits.world_size) {

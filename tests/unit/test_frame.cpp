@@ -201,7 +201,7 @@ TEST_CASE("decode rejects each invalid field", "[frame]") {
   }
   SECTION("op_kind") {
     h.op_kind = static_cast<OpKind>(kMaxOpKind + 1);
-    require_error(h, l, "bad op_kind 4");
+    require_error(h, l, "bad op_kind " + std::to_string(kMaxOpKind + 1));
     for (MsgType t : {MsgType::Data, MsgType::Ready, MsgType::Abort}) {
       h.type = t;
       h.op_kind = OpKind::None;

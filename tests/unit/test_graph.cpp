@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "topology/graph.h"
+#include "topology/strategies.h"
 
 using namespace taiji;
 
@@ -45,19 +48,35 @@ bool reference_valid(const std::vector<int>& parent, int n) {
   return true;
 }
 
-// Every rank's depth, or -1 for ranks whose walk does not reach the root.
-std::vector<int> depths(const Graph& g) {
-  std::vector<int> d(static_cast<size_t>(g.size()), -1);
+// Undirected edges as (low, high) rank pairs, sorted.
+std::vector<std::pair<int, int>> edges(const Graph& g) {
+  std::vector<std::pair<int, int>> e;
   for (int r = 0; r < g.size(); ++r) {
-    int x = r;
-    int steps = 0;
-    while (x != g.root() && x >= 0 && steps <= g.size()) {
-      x = g.parent(x);
-      ++steps;
-    }
-    if (x == g.root()) d[r] = steps;
+    if (g.parent(r) >= 0) e.emplace_back(std::min(r, g.parent(r)), std::max(r, g.parent(r)));
   }
-  return d;
+  std::sort(e.begin(), e.end());
+  return e;
+}
+
+void check_rooted(const std::vector<Graph>& got, const Strategy& s, int root, bool reduce) {
+  const auto pick = [reduce](const GraphPair& p) -> const Graph& {
+    return reduce ? p.reduce : p.broadcast;
+  };
+  std::vector<Graph> want;
+  for (const GraphPair& p : s.pairs) {
+    if (pick(p).root() == root) want.push_back(pick(p));
+  }
+  if (want.empty()) {
+    REQUIRE(got.size() == s.pairs.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(edges(got[i]) == edges(pick(s.pairs[i])));
+  } else {
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i].parents() == want[i].parents());
+  }
+  for (const Graph& g : got) {
+    CHECK(g.root() == root);
+    CHECK(validate_graph(g, static_cast<int>(g.size())).is_ok());
+  }
 }
 
 }  // namespace
@@ -180,30 +199,99 @@ TEST_CASE("rotated renames every rank", "[graph]") {
   CHECK(Graph().rotated(3).size() == 0);
 }
 
-TEST_CASE("broadcast_graphs are rooted at the requested rank", "[graph]") {
+TEST_CASE("rerooted reverses the path to the old root", "[graph]") {
+  Graph tree = make_tree(7).pairs[0].reduce;  // {-1, 0, 0, 1, 1, 2, 2}
+  Graph r5 = tree.rerooted(5);
+  CHECK(r5.parents() == std::vector<int>{2, 0, 5, 1, 1, -1, 2});
+  CHECK(r5.root() == 5);
+  CHECK(r5.children(5) == std::vector<int>{2});
+  CHECK(r5.children(2) == std::vector<int>{0, 6});
+  CHECK(r5.children(0) == std::vector<int>{1});
+  CHECK(validate_graph(r5, 7).is_ok());
+  CHECK(edges(r5) == edges(tree));
+  CHECK(r5.rerooted(0).parents() == tree.parents());
+
+  CHECK(tree.rerooted(0).parents() == tree.parents());
+  CHECK(tree.rerooted(1).parents() == std::vector<int>{1, -1, 0, 1, 1, 2, 2});
+  CHECK(make_star(5).pairs[0].reduce.rerooted(3).parents() == std::vector<int>{3, 0, 0, -1, 0});
+  // A chain rerooted in the middle becomes two chains.
+  CHECK(Graph({-1, 0, 1, 2}).rerooted(2).parents() == std::vector<int>{1, 2, -1, 2});
+  CHECK(Graph({-1}).rerooted(0).parents() == std::vector<int>{-1});
+
+  // Out of range or invalid: unchanged, and no hang on a cycle.
+  CHECK(tree.rerooted(7).parents() == tree.parents());
+  CHECK(tree.rerooted(-1).parents() == tree.parents());
+  CHECK(Graph({-1, 2, 1}).rerooted(1).parents() == std::vector<int>{-1, 2, 1});
+  CHECK(Graph({1, 2, 0}).rerooted(0).parents() == std::vector<int>{1, 2, 0});
+  CHECK(Graph({-1, 9}).rerooted(1).parents() == std::vector<int>{-1, 9});
+  CHECK(Graph().rerooted(0).size() == 0);
+}
+
+TEST_CASE("random trees rerooted at every rank keep their edges", "[graph]") {
+  std::mt19937 rng(77);
+  for (int iter = 0; iter < 500; ++iter) {
+    const int n = std::uniform_int_distribution<int>(1, 12)(rng);
+    std::vector<int> order(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<int> parent(static_cast<size_t>(n));
+    parent[order[0]] = -1;
+    for (int i = 1; i < n; ++i) {
+      parent[order[i]] = order[std::uniform_int_distribution<int>(0, i - 1)(rng)];
+    }
+    Graph g(parent);
+    for (int r = 0; r < n; ++r) {
+      INFO("iteration " << iter << " root " << r);
+      Graph h = g.rerooted(r);
+      REQUIRE(validate_graph(h, n).is_ok());
+      CHECK(h.root() == r);
+      CHECK(edges(h) == edges(g));
+      for (int x = 0; x < n; ++x) {
+        CHECK(std::is_sorted(h.children(x).begin(), h.children(x).end()));
+      }
+    }
+  }
+}
+
+TEST_CASE("rooted op graphs keep pairs already rooted there, else reroot", "[graph]") {
+  const std::vector<std::vector<int>> host_maps = {{}, {0, 0, 1, 1, 2, 2, 3, 3}};
   for (int n = 1; n <= 8; ++n) {
-    for (const char* name : {"ring", "tree", "star"}) {
-      Strategy s = make_strategy(name, n).value();
-      for (int root = 0; root < n; ++root) {
-        INFO(name << " n=" << n << " root=" << root);
-        std::vector<Graph> gs = broadcast_graphs(s, root);
-        REQUIRE(gs.size() == s.pairs.size());
-        for (size_t i = 0; i < gs.size(); ++i) {
-          CHECK(gs[i].root() == root);
-          CHECK(validate_graph(gs[i], n).is_ok());
-          // Same shape: the depth profile is the original's, renamed.
-          const int shift = ((root - s.pairs[i].broadcast.root()) % n + n) % n;
-          std::vector<int> d0 = depths(s.pairs[i].broadcast);
-          std::vector<int> d1 = depths(gs[i]);
-          for (int r = 0; r < n; ++r) CHECK(d1[(r + shift) % n] == d0[r]);
+    for (std::string_view name : strategy_names()) {
+      for (const std::vector<int>& hosts_all : host_maps) {
+        const std::vector<int> hosts(hosts_all.begin(),
+                                     hosts_all.empty() ? hosts_all.end()
+                                                       : hosts_all.begin() + n);
+        Strategy s = make_strategy(name, n, hosts).value();
+        for (int root = 0; root < n; ++root) {
+          INFO(name << " n=" << n << " root=" << root << " hosts=" << hosts.size());
+          check_rooted(broadcast_graphs(s, root), s, root, false);
+          check_rooted(reduce_graphs(s, root), s, root, true);
         }
       }
     }
   }
-  // A ring broadcast from 2 over 4 ranks: every pair becomes the chain 2 -> 3 -> 0 -> 1.
-  std::vector<Graph> gs = broadcast_graphs(make_ring(4), 2);
-  for (const Graph& g : gs) CHECK(g.parents() == std::vector<int>{3, 0, -1, 2});
-  CHECK(broadcast_graphs(make_tree(4), 3)[0].parents() == std::vector<int>{3, 3, 0, -1});
+  // A ring broadcast from 2 over 4 ranks is the one chain 2 -> 3 -> 0 -> 1; a reduce to 2
+  // is the chain 3 -> 0 -> 1 -> 2.
+  std::vector<Graph> b = broadcast_graphs(make_ring(4), 2);
+  REQUIRE(b.size() == 1);
+  CHECK(b[0].parents() == std::vector<int>{3, 0, -1, 2});
+  std::vector<Graph> r = reduce_graphs(make_ring(4), 2);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].parents() == std::vector<int>{1, 2, -1, 0});
+  // A tree keeps its edges: 3 -> 1 -> 0 -> 2.
+  CHECK(broadcast_graphs(make_tree(4), 3)[0].parents() == std::vector<int>{1, 3, 0, -1});
+  CHECK(reduce_graphs(make_tree(4), 0)[0].parents() == std::vector<int>{-1, 0, 0, 1});
+  // Hierarchical over two hosts: the pair rooted at leader 2 only, local stars intact.
+  Strategy h = make_strategy("hierarchical", 4, {0, 0, 1, 1}).value();
+  std::vector<Graph> hb = broadcast_graphs(h, 2);
+  REQUIRE(hb.size() == 1);
+  CHECK(hb[0].parents() == std::vector<int>{2, 0, -1, 2});
+  // Rooted at a non-leader: both pairs rerooted.
+  std::vector<Graph> hr = reduce_graphs(h, 3);
+  REQUIRE(hr.size() == 2);
+  CHECK(hr[0].parents() == std::vector<int>{2, 0, 3, -1});
+  CHECK(hr[1].parents() == std::vector<int>{2, 0, 3, -1});
+  CHECK(broadcast_graphs(Strategy{}, 0).empty());
 }
 
 TEST_CASE("invalid graphs are rejected with the fault named", "[graph]") {

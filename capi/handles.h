@@ -1,0 +1,66 @@
+// What the C handles hold, and the helpers the C API files share.
+#pragma once
+
+#include <taiji/taiji.h>
+
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "runtime/peer.h"
+
+struct taiji_peer {
+  std::unique_ptr<taiji::Peer> impl;
+  int rank = -1;
+  int size = -1;
+  std::mutex error_mu;
+  std::string last_error;
+};
+
+struct taiji_request {
+  std::shared_ptr<taiji::RequestState> state;
+  // The owning peer's I/O thread: waiting there would stop the loop that completes it.
+  std::thread::id io_thread;
+};
+
+struct taiji_topology {
+  taiji::BoundStrategy bound;
+  int size = 0;
+};
+
+namespace taiji_capi {
+
+// Text of the last failed call that had no peer to keep it (init, topology creation).
+extern thread_local std::string init_error;
+
+taiji_status_t to_c(const taiji::Status& s);
+// Keeps a failure's text as the peer's last error; returns the status as a C code.
+taiji_status_t record(taiji_peer_t* peer, const taiji::Status& s);
+taiji_status_t invalid(taiji_peer_t* peer, const char* what);
+taiji::Status read_options(const taiji_op_options_t* options, taiji_op_options_t* out);
+// Copies version, timeout, topology and callback from the options into args.
+taiji_status_t apply_options(taiji_peer_t* peer, const taiji_op_options_t* options, bool blocking,
+                             taiji::PostArgs* args);
+// Hands the request to the caller, or waits for it when the caller passed none.
+taiji_status_t finish_post(taiji_peer_t* peer,
+                           const taiji::Result<std::shared_ptr<taiji::RequestState>>& posted,
+                           taiji_request_t** request);
+
+// Runs fn, turning any escaping exception into a status.
+template <typename Fn>
+taiji_status_t guarded(taiji_peer_t* peer, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return peer ? record(peer, {taiji::Code::NoMemory, "out of memory"}) : TAIJI_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    return peer ? record(peer, {taiji::Code::Internal, e.what()}) : TAIJI_ERR_INTERNAL;
+  } catch (...) {
+    return peer ? record(peer, {taiji::Code::Internal, "unknown exception"}) : TAIJI_ERR_INTERNAL;
+  }
+}
+
+}  // namespace taiji_capi

@@ -1,0 +1,198 @@
+// Posting ops, choosing their graphs, and swapping the topology while ops run.
+//
+// A swap is a consensus on the proposed topology's digest, posted like any op. Ops posted
+// after it wait, on the I/O thread, until the consensus completes (the gate), then start
+// on whatever topology it settled: so every peer switches at the same point of its op
+// stream, ops already in flight finish on the old graphs, and nothing is lost.
+#include <array>
+#include <cstring>
+
+#include "monitor/log.h"
+#include "runtime/peer.h"
+#include "topology/text.h"
+
+namespace taiji {
+
+namespace {
+
+constexpr const char* kTopologyOpName = "taiji.set_topology";
+
+Status invalid(const std::string& m) { return {Code::InvalidArgument, m}; }
+
+}  // namespace
+
+Result<BoundStrategy> Peer::resolve_topology(const std::string& text) const {
+  uint8_t id = strategy_id(text);
+  if (id != 0) return strategies_->get(id);
+  auto parsed = parse_topology(text, config_.size, host_of_);
+  if (!parsed.is_ok()) {
+    return Status{Code::InvalidArgument, "topology '" + printable(text) + "': " + parsed.status().message()};
+  }
+  return bind_custom(std::move(parsed.value()));
+}
+
+void Peer::bind(PostedOp& op) const {
+  if (!op.spec.strategy) {
+    BoundStrategy b = current_;
+    if (!b.strategy) {
+      uint64_t bytes = send_elements(op.spec) * dtype_size(op.spec.dtype);
+      b = strategies_->get(strategy_id(select_strategy(bytes, default_selection())));
+    }
+    op.spec.strategy = b.strategy;
+    op.spec.strategy_id = b.id;
+    op.request->set_topology_digest(b.digest);
+  }
+}
+
+void Peer::enter(std::function<void()> start) {
+  if (gate_) {
+    gated_.push_back(std::move(start));
+  } else {
+    start();
+  }
+}
+
+void Peer::open_gate() {
+  gate_ = false;
+  while (!gate_ && !gated_.empty()) {
+    auto next = std::move(gated_.front());
+    gated_.pop_front();
+    next();
+  }
+}
+
+Result<PostedOp> Peer::prepare(PostArgs& args) {
+  if (args.name.empty()) return invalid("op name is empty");
+  if (args.name.size() > config_.max_name_len) {
+    return invalid("op name is " + std::to_string(args.name.size()) + " bytes; the cap is " +
+                   std::to_string(config_.max_name_len));
+  }
+  if (args.timeout_ms < 0) return invalid("timeout_ms is negative");
+  if (op_kind_rooted(args.kind) && (args.root < 0 || args.root >= config_.size)) {
+    return invalid("root " + std::to_string(args.root) + " is not a rank of this " +
+                   std::to_string(config_.size) + "-peer job");
+  }
+  PostedOp op;
+  op.spec.kind = args.kind;
+  op.spec.dtype = args.dtype;
+  op.spec.redop = args.redop;
+  op.spec.count = args.count;
+  op.spec.root = args.root;
+  op.spec.send = args.send;
+  op.spec.recv = args.recv;
+  op.spec.agree = args.agree;
+  op.spec.rank = config_.rank;
+  op.spec.size = config_.size;
+  // A chunk plus rounding must fit one frame.
+  op.spec.chunk_bytes = std::min<uint64_t>(config_.chunk_bytes, config_.max_payload - 8);
+  size_t elem = dtype_size(args.dtype);
+  if (args.count > (UINT64_MAX >> 4) / elem / static_cast<uint64_t>(config_.size)) {
+    return invalid("count is too large");
+  }
+  if (send_elements(op.spec) > 0 && args.send == nullptr) return invalid("send buffer is NULL with a non-zero count");
+  if (recv_elements(op.spec) > 0 && args.recv == nullptr) return invalid("receive buffer is NULL with a non-zero count");
+  if (args.kind == OpKind::Consensus && args.agree == nullptr) return invalid("agree output is NULL");
+  BoundStrategy explicit_strategy;
+  if (!args.topology.empty()) {
+    auto r = resolve_topology(args.topology);
+    if (!r.is_ok()) return r.status();
+    explicit_strategy = r.value();
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (closing_) return Status{Code::Finalized, "peer is finalized or aborted"};
+  }
+  auto version = names_.reserve(args.name, args.version);
+  if (!version.is_ok()) return version.status();
+  op.name = args.name;
+  op.version = version.value();
+  op.timeout_ms = static_cast<uint64_t>(args.timeout_ms > 0 ? args.timeout_ms : config_.timeout_ms);
+  op.request = std::make_shared<RequestState>(op.version, std::move(args.callback));
+  if (explicit_strategy.strategy) {
+    op.spec.strategy = explicit_strategy.strategy;
+    op.spec.strategy_id = explicit_strategy.id;
+    op.request->set_topology_digest(explicit_strategy.digest);
+  }
+  return op;
+}
+
+Status Peer::queue(std::function<void()> task, const std::string& name, uint64_t version) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (!loop_closed_) {
+      inbox_.push_back(std::move(task));
+      task = nullptr;
+    }
+  }
+  if (task) {
+    names_.release(name, version);
+    return {Code::Finalized, "peer is finalized or aborted"};
+  }
+  uv_async_send(&wake_);
+  return {};
+}
+
+Result<std::shared_ptr<RequestState>> Peer::post(PostArgs args) {
+  if (args.name.rfind("taiji.", 0) == 0) return invalid("op names starting with 'taiji.' are reserved");
+  auto prepared = prepare(args);
+  if (!prepared.is_ok()) return prepared.status();
+  auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
+  auto request = op->request;
+  Status s = queue([this, op] {
+    enter([this, op] {
+      bind(*op);
+      engine_->start(std::move(*op));
+    });
+  }, op->name, op->version);
+  if (!s.is_ok()) return s;
+  return request;
+}
+
+Result<std::shared_ptr<RequestState>> Peer::set_topology(BoundStrategy proposed, int64_t timeout_ms,
+                                                         RequestState::Callback callback) {
+  if (proposed.strategy) {
+    Status valid = validate_strategy(*proposed.strategy, config_.size);
+    if (!valid.is_ok()) return invalid("proposed topology: " + valid.message());
+  }
+  // The consensus compares the digest bytes (little-endian); 0 proposes "automatic".
+  auto vote = std::make_shared<std::pair<std::array<uint8_t, 8>, int>>();
+  for (int i = 0; i < 8; ++i) vote->first[i] = static_cast<uint8_t>(proposed.digest >> (8 * i));
+  PostArgs args;
+  args.kind = OpKind::Consensus;
+  args.name = kTopologyOpName;
+  args.send = vote->first.data();
+  args.count = vote->first.size();
+  args.dtype = DType::U8;
+  args.redop = RedOp::Min;
+  args.agree = &vote->second;
+  args.timeout_ms = timeout_ms;
+  args.callback = std::move(callback);
+  auto prepared = prepare(args);
+  if (!prepared.is_ok()) return prepared.status();
+  auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
+  // Runs on the I/O thread as the consensus ends, before its request completes.
+  op->finish_hook = [this, vote, proposed](const Status& s) {
+    Status result = s;
+    if (s.is_ok() && vote->second == 1) {
+      current_ = proposed;
+      log().info("topology switched to {}", proposed.strategy ? proposed.strategy->name : "automatic");
+    } else if (s.is_ok()) {
+      result = {Code::Mismatch, "peers proposed different topologies; the old one stays"};
+    }
+    // Gated ops start from the loop, not from inside the engine's completion.
+    run_on_loop([this] { open_gate(); });
+    return result;
+  };
+  auto request = op->request;
+  Status s = queue([this, op] {
+    enter([this, op] {
+      bind(*op);
+      gate_ = true;
+      engine_->start(std::move(*op));
+    });
+  }, op->name, op->version);
+  if (!s.is_ok()) return s;
+  return request;
+}
+
+}  // namespace taiji
