@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace taiji_bench {
@@ -35,6 +36,12 @@ struct Options {
   std::optional<int> iters;   // unset: chosen per size from the measured warmup
   std::optional<int> warmup;  // unset: depends on the size
   std::string topology;       // empty: the peer's choice
+  // Non-empty: sweep mode, the same size sweep once per strategy, one table at the end.
+  std::vector<std::string> sweep_topologies;
+  // Swap mode: one size (max_bytes), `iters` iterations, a run-time topology swap to
+  // swap_to before iteration swap_at, and a per-iteration timeline.
+  std::optional<int> swap_at;
+  std::string swap_to;
   int root = 0;
   std::string csv_path;
   std::string json_path;
@@ -47,6 +54,11 @@ enum class ParseResult { kRun, kHelp, kError };
 
 ParseResult parse_options(int argc, char** argv, Options* out, std::string* error);
 void print_usage();
+
+// The library's built-in topology names, in its order (taiji.h lists them).
+const std::vector<std::string_view>& builtin_topologies();
+// Iterations of a swap run when --iters is not given.
+constexpr int kDefaultSwapIters = 20;
 
 const char* op_name(OpKind op);
 const char* redop_name(taiji_reduce_op_t op);
@@ -81,6 +93,31 @@ struct Row {
   double busbw_gbps = 0;
   bool has_bandwidth = true;
   const char* check = "-";  // "ok", "FAIL", or "-" when not checked
+  std::string topology;     // set in sweep mode: the strategy the row ran on
+};
+
+// One timed iteration of a swap run.
+struct Sample {
+  int iter = 0;
+  double time_us = 0;  // the slowest peer's time
+  double algbw_gbps = 0;
+  double busbw_gbps = 0;
+  uint64_t digest = 0;   // taiji_request_topology_digest of rank 0's op
+  std::string topology;  // the built-in name with that digest, or "?"
+  const char* check = "-";
+};
+
+struct SwapResult {
+  uint64_t bytes = 0;
+  size_t count = 0;
+  int warmup = 0;
+  int swap_at = 0;
+  std::string from;  // the starting topology as shown ("auto" if the peer's choice)
+  std::string to;
+  double swap_us = 0;  // the slowest peer's taiji_set_topology call, posting to completion
+  uint64_t swap_digest = 0;  // taiji_request_topology_digest of the swap request
+  uint64_t to_digest = 0;    // taiji_topology_digest of `to` as built for this job
+  std::vector<Sample> samples;
 };
 
 struct RunInfo {
@@ -93,6 +130,18 @@ struct RunInfo {
 void print_header(const RunInfo& info);
 void print_row(const RunInfo& info, const Row& row);
 void print_footer(const RunInfo& info, const std::vector<Row>& rows, bool all_ok);
+// Sweep mode: one line per size, one column per strategy (busbw, or time without
+// bandwidth), and the winner of each size. rows[i] holds strategy names[i]'s sweep and
+// digests[i] its taiji_topology_digest in this job (0: unknown), which tells strategies
+// that run on the same graphs here apart from different ones.
+void print_sweep_table(const RunInfo& info, const std::vector<std::string>& names,
+                       const std::vector<uint64_t>& digests,
+                       const std::vector<std::vector<Row>>& rows, bool all_ok);
+void print_timeline(const RunInfo& info, const SwapResult& swap, bool all_ok);
+bool write_timeline_csv(const std::string& path, const RunInfo& info, const SwapResult& swap,
+                        std::string* error);
+bool write_timeline_json(const std::string& path, const RunInfo& info, const SwapResult& swap,
+                         bool all_ok, std::string* error);
 // Both return false with *error set if the file cannot be written.
 bool write_csv(const std::string& path, const RunInfo& info, const std::vector<Row>& rows,
                std::string* error);

@@ -89,6 +89,45 @@ bool parse_size(std::string_view s, uint64_t* out) {
   return true;
 }
 
+bool is_builtin_topology(std::string_view name) {
+  const auto& names = builtin_topologies();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::string builtin_list() {
+  std::string out;
+  for (std::string_view n : builtin_topologies()) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+// "all" or comma-separated built-in names without repeats; false on anything else.
+bool parse_topology_list(std::string_view s, std::vector<std::string>* out) {
+  std::vector<std::string> names;
+  if (s == "all") {
+    for (std::string_view n : builtin_topologies()) names.emplace_back(n);
+    *out = names;
+    return true;
+  }
+  size_t start = 0;
+  while (true) {
+    size_t comma = s.find(',', start);
+    std::string_view item =
+        s.substr(start, comma == std::string_view::npos ? comma : comma - start);
+    if (!is_builtin_topology(item) ||
+        std::find(names.begin(), names.end(), item) != names.end()) {
+      return false;
+    }
+    names.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  *out = names;
+  return true;
+}
+
 bool parse_int(std::string_view s, int64_t lo, int64_t hi, int64_t* out) {
   uint64_t v = 0;
   if (!parse_u64(s, &v) || v > static_cast<uint64_t>(hi) ||
@@ -100,6 +139,13 @@ bool parse_int(std::string_view s, int64_t lo, int64_t hi, int64_t* out) {
 }
 
 }  // namespace
+
+const std::vector<std::string_view>& builtin_topologies() {
+  static const std::vector<std::string_view> names = {
+      "star",        "ring",         "clique", "tree", "binary_tree", "binary_tree_star",
+      "multi_binary_tree_star", "hierarchical"};
+  return names;
+}
 
 const char* op_name(OpKind op) {
   switch (op) {
@@ -148,7 +194,18 @@ void print_usage() {
       "  -n, --iters N      timed iterations per size (default: adaptive, 5..1000,\n"
       "                     aiming at about half a second per size)\n"
       "  -w, --warmup N     untimed iterations per size (default 5, 2 above 1 MiB)\n"
-      "  --topology T       ring, tree or star (default: the library's choice)\n"
+      "  --topology T       run every op on built-in topology T: star, ring, clique,\n"
+      "                     tree, binary_tree, binary_tree_star, multi_binary_tree_star,\n"
+      "                     hierarchical (default: the library's choice)\n"
+      "  --sweep-topologies [LIST]  run the size sweep once per topology, one after the\n"
+      "                     other, and print one table with a column per topology and\n"
+      "                     the winner per size; LIST is comma-separated names or all\n"
+      "                     (the default: every built-in)\n"
+      "  --swap-at I        one size (--max-bytes), --iters iterations (default 20): after\n"
+      "                     I iterations every peer calls taiji_set_topology(--swap-to);\n"
+      "                     prints the time, bandwidth and topology digest of each\n"
+      "                     iteration. --topology then sets the starting topology.\n"
+      "  --swap-to T        the built-in topology to swap to (with --swap-at)\n"
       "  --root R           broadcast root (default 0)\n"
       "  --csv FILE         also write the results as CSV (rank 0)\n"
       "  --json FILE        also write the results as JSON (rank 0)\n"
@@ -159,6 +216,7 @@ void print_usage() {
       "Sizes take K, M and G suffixes (powers of 1024). Values may also be given as\n"
       "--option=value. time(us) is the median over iterations of the slowest peer's\n"
       "time; busbw follows nccl-tests (allreduce: algbw * 2(n-1)/n, broadcast: algbw).\n"
+      "With --swap-at every iteration's result is checked, outside the timed region.\n"
       "Exit status: 0 success, 1 a result check failed, 2 usage or library error.\n");
 }
 
@@ -181,6 +239,22 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
       return ParseResult::kError;
     };
     if (key == "-h" || key == "--help") return ParseResult::kHelp;
+    if (key == "--sweep-topologies") {
+      // The list is optional: the benchmark takes no other arguments than options, so
+      // a following argument that is not an option is the list.
+      std::vector<std::string> list;
+      std::optional<std::string_view> given = inline_value;
+      if (!given && i + 1 < argc && argv[i + 1][0] != '-') given = argv[++i];
+      if (!given) {
+        parse_topology_list("all", &list);
+      } else if (!parse_topology_list(*given, &list)) {
+        return fail("bad value '" + std::string(*given) +
+                    "' for --sweep-topologies: expected all or distinct names from " +
+                    builtin_list() + ", comma-separated");
+      }
+      o.sweep_topologies = list;
+      continue;
+    }
     if (key == "--check" || key == "--no-check") {
       if (inline_value) return fail(std::string(key) + " takes no value");
       o.check = key == "--check";
@@ -189,7 +263,7 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
     static constexpr std::string_view kValued[] = {
         "--op",    "-b",      "--min-bytes", "-e",     "--max-bytes",  "-f",
         "--step-factor", "--dtype", "--redop", "-n", "--iters", "-w", "--warmup",
-        "--topology", "--root", "--csv", "--json", "--timeout-ms"};
+        "--topology", "--root", "--csv", "--json", "--timeout-ms", "--swap-at", "--swap-to"};
     if (std::find(std::begin(kValued), std::end(kValued), key) == std::end(kValued)) {
       return fail("unknown option " + std::string(arg) + " (see --help)");
     }
@@ -231,10 +305,18 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
       if (!parse_int(value, 0, 1000000000, &n)) return bad("expected a non-negative integer");
       o.warmup = static_cast<int>(n);
     } else if (key == "--topology") {
-      if (value != "ring" && value != "tree" && value != "star") {
-        return bad("expected ring, tree or star");
-      }
+      if (!is_builtin_topology(value)) return fail("bad value '" + std::string(value) +
+                                                   "' for --topology: expected one of " +
+                                                   builtin_list());
       o.topology = value;
+    } else if (key == "--swap-at") {
+      if (!parse_int(value, 0, 1000000000, &n)) return bad("expected a non-negative integer");
+      o.swap_at = static_cast<int>(n);
+    } else if (key == "--swap-to") {
+      if (!is_builtin_topology(value)) return fail("bad value '" + std::string(value) +
+                                                  "' for --swap-to: expected one of " +
+                                                  builtin_list());
+      o.swap_to = value;
     } else if (key == "--root") {
       if (!parse_int(value, 0, std::numeric_limits<int>::max(), &n)) {
         return bad("expected a non-negative integer");
@@ -257,6 +339,24 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
     *error = "--min-bytes " + std::to_string(o.min_bytes) + " is above --max-bytes " +
              std::to_string(o.max_bytes);
     return ParseResult::kError;
+  }
+  auto reject = [&](const std::string& why) {
+    *error = why;
+    return ParseResult::kError;
+  };
+  if (o.swap_at.has_value() != !o.swap_to.empty()) {
+    return reject("--swap-at and --swap-to go together");
+  }
+  if (!o.sweep_topologies.empty() && !o.topology.empty()) {
+    return reject("--sweep-topologies chooses the topologies itself; drop --topology");
+  }
+  if (!o.sweep_topologies.empty() && o.swap_at) {
+    return reject("--sweep-topologies and --swap-at are separate runs");
+  }
+  if (o.swap_at && *o.swap_at >= o.iters.value_or(kDefaultSwapIters)) {
+    return reject("--swap-at " + std::to_string(*o.swap_at) +
+                  " must be below the number of iterations (" +
+                  std::to_string(o.iters.value_or(kDefaultSwapIters)) + ", see --iters)");
   }
   if (redop_given && o.op != OpKind::kAllreduce) {
     *error = std::string("--redop applies to allreduce only, not ") + op_name(o.op);

@@ -59,7 +59,17 @@ class Bench {
     rank_ = taiji_peer_rank(peer);
     world_ = taiji_peer_size(peer);
     opts_.timeout_ms = o.timeout_ms;
-    opts_.topology = o.topology.empty() ? nullptr : o.topology.c_str();
+    // A per-op topology would override the swapped one, so a swap run leaves the choice
+    // to the peer and starts it on --topology through the config instead.
+    if (!o.swap_at) use_topology(o.topology);
+  }
+
+  // Runs every later op on `name` (empty: the peer's choice). Op names then carry it, so
+  // an error message says which strategy's sweep failed.
+  void use_topology(const std::string& name) {
+    topology_ = name;
+    opts_.topology = topology_.empty() ? nullptr : topology_.c_str();
+    tag_prefix_ = topology_.empty() ? "" : topology_ + ".";
   }
 
   int rank() const { return rank_; }
@@ -100,7 +110,7 @@ class Bench {
     row.count = o_.op == OpKind::kBarrier ? 0 : static_cast<size_t>(bytes / o_.dtype->size);
     row.warmup = o_.warmup.value_or(bytes <= kSmallBytes ? 5 : 2);
     row.has_bandwidth = o_.op != OpKind::kBarrier;
-    const std::string tag = std::to_string(bytes);
+    const std::string tag = tag_prefix_ + std::to_string(bytes);
     const std::string op_name_str = std::string("bench.") + op_name(o_.op) + "." + tag;
 
     prepare_timed_inputs(row.count, bytes);
@@ -127,19 +137,171 @@ class Bench {
     row.time_us = median(times) * 1e6;
     row.min_us = *std::min_element(times.begin(), times.end()) * 1e6;
     row.max_us = *std::max_element(times.begin(), times.end()) * 1e6;
-    if (row.has_bandwidth && row.time_us > 0) {
-      row.algbw_gbps = static_cast<double>(bytes) / (row.time_us * 1e-6) / 1e9;
-      row.busbw_gbps = o_.op == OpKind::kAllreduce
-                           ? row.algbw_gbps * 2.0 * (world_ - 1) / world_
-                           : row.algbw_gbps;
-    }
+    if (row.has_bandwidth) bandwidths(bytes, row.time_us, &row.algbw_gbps, &row.busbw_gbps);
     if (o_.check && o_.op != OpKind::kBarrier) {
       row.check = check(row.count, bytes, tag) ? "ok" : "FAIL";
     }
+    row.topology = topology_;
     return row;
   }
 
+  // The swap run: warmup, then o_.iters timed iterations of one size with a collective
+  // taiji_set_topology(to) before iteration swap_at. Every iteration's result is checked
+  // outside its timed region, and the digest each op ran on is recorded, so both the
+  // switch and the recovery after it can be seen.
+  SwapResult run_swap(uint64_t bytes, const std::string& from) {
+    SwapResult r;
+    r.from = from;
+    const int iters = o_.iters.value_or(kDefaultSwapIters);
+    const bool data = o_.op != OpKind::kBarrier;
+    r.bytes = data ? bytes / o_.dtype->size * o_.dtype->size : 0;
+    r.count = data ? static_cast<size_t>(bytes / o_.dtype->size) : 0;
+    r.warmup = o_.warmup.value_or(r.bytes <= kSmallBytes ? 5 : 2);
+    r.swap_at = *o_.swap_at;
+    r.to = o_.swap_to;
+    r.to_digest = digest_of(o_.swap_to);
+    const std::string op_name_str = std::string("bench.") + op_name(o_.op) + ".swap";
+    const bool checking = o_.check && data;
+
+    prepare_timed_inputs(r.count, r.bytes);
+    barrier("bench.sync.swap");
+    for (int i = 0; i < r.warmup; ++i) run_op(op_name_str.c_str(), r.count);
+
+    std::vector<double> times(static_cast<size_t>(iters));
+    std::vector<uint64_t> digests(static_cast<size_t>(iters));
+    std::vector<uint64_t> digests_low(static_cast<size_t>(iters));
+    std::vector<int32_t> pass(static_cast<size_t>(iters), 1);
+    double swap_seconds = 0;
+    for (int i = 0; i < iters; ++i) {
+      if (i == r.swap_at) {
+        // Peers leave the last check at different times; without it the swap's time would
+        // mostly be the wait for the slowest of them.
+        barrier("bench.preswap");
+        swap_seconds = swap_topology(&r.swap_digest);
+      }
+      if (checking) reset_output(r.bytes);
+      // Without it, an iteration would also time the skew the previous check left.
+      barrier("bench.iter.swap");
+      auto start = std::chrono::steady_clock::now();
+      taiji_request_t* req = nullptr;
+      taiji_status_t s = post_op(op_name_str.c_str(), r.count, &req);
+      if (s == TAIJI_OK) s = taiji_request_wait(req, -1);
+      times[i] = seconds_since(start);
+      digests[i] = digests_low[i] = taiji_request_topology_digest(req);
+      taiji_request_free(req);
+      if (s != TAIJI_OK) ok(s, std::string("taiji_") + op_name(o_.op) + "(" + op_name_str + ")");
+      if (checking && !verify_output(r.count, r.bytes, 0)) pass[i] = 0;
+    }
+    allreduce("bench.times.swap", times.data(), times.size(), TAIJI_F64, TAIJI_MAX);
+    allreduce("bench.swaptime.swap", &swap_seconds, 1, TAIJI_F64, TAIJI_MAX);
+    // Every peer must have run each iteration on the same graphs; a disagreement fails
+    // the iteration's check like a wrong result would.
+    allreduce("bench.digest.max", digests.data(), digests.size(), TAIJI_U64, TAIJI_MAX);
+    allreduce("bench.digest.min", digests_low.data(), digests_low.size(), TAIJI_U64, TAIJI_MIN);
+    allreduce("bench.flags.swap", pass.data(), pass.size(), TAIJI_I32, TAIJI_MIN);
+    r.swap_us = swap_seconds * 1e6;
+    for (int i = 0; i < iters; ++i) {
+      Sample smp;
+      smp.iter = i;
+      smp.time_us = times[i] * 1e6;
+      if (data) bandwidths(r.bytes, smp.time_us, &smp.algbw_gbps, &smp.busbw_gbps);
+      smp.digest = digests[i];
+      smp.topology = digest_name(digests[i], i < r.swap_at ? r.from : r.to);
+      const bool agree = digests[i] == digests_low[i];
+      if (!agree && rank_ == 0) {
+        std::fprintf(stderr, "taiji-bench: iteration %d ran on different topologies on different "
+                             "peers\n", i);
+      }
+      if (checking) {
+        smp.check = pass[i] == 1 && agree ? "ok" : "FAIL";
+      } else if (!agree) {
+        smp.check = "FAIL";
+      }
+      r.samples.push_back(smp);
+    }
+    return r;
+  }
+
+  // Digests of the built-ins as built for this job, so a run's digest can be named.
+  void learn_digests() {
+    for (std::string_view view : builtin_topologies()) {
+      const std::string name(view);
+      taiji_topology_t* t = nullptr;
+      taiji_status_t s = taiji_topology_from_text(peer_, name.c_str(), 0, &t);
+      if (s != TAIJI_OK) {
+        throw LibError{s, "taiji_topology_from_text(" + name + ")",
+                       taiji_peer_last_error(nullptr)};
+      }
+      digest_names_.emplace_back(taiji_topology_digest(t), name);
+      taiji_topology_destroy(t);
+    }
+  }
+
+  uint64_t digest_of(const std::string& name) const {
+    for (const auto& [d, n] : digest_names_) {
+      if (n == name) return d;
+    }
+    return 0;
+  }
+
+  // Several built-ins can coincide (tree and binary_tree_star always do; with one rank
+  // per host hierarchical is ring; with three ranks star is tree), so the name the run
+  // asked for is tried first.
+  std::string digest_name(uint64_t digest, const std::string& preferred) const {
+    if (!preferred.empty() && digest_of(preferred) == digest) return preferred;
+    for (const auto& [d, name] : digest_names_) {
+      if (d == digest) return name;
+    }
+    return "?";
+  }
+
  private:
+  void bandwidths(uint64_t bytes, double time_us, double* algbw, double* busbw) const {
+    if (time_us <= 0) return;
+    *algbw = static_cast<double>(bytes) / (time_us * 1e-6) / 1e9;
+    *busbw = o_.op == OpKind::kAllreduce ? *algbw * 2.0 * (world_ - 1) / world_ : *algbw;
+  }
+
+  // A collective: every peer calls it at the same point of its op stream. Returns this
+  // peer's time from posting to completion.
+  double swap_topology(uint64_t* digest) {
+    taiji_topology_t* t = nullptr;
+    taiji_status_t s = taiji_topology_from_text(peer_, o_.swap_to.c_str(), 0, &t);
+    if (s != TAIJI_OK) {
+      throw LibError{s, "taiji_topology_from_text(" + o_.swap_to + ")",
+                     taiji_peer_last_error(nullptr)};
+    }
+    taiji_op_options_t opts = TAIJI_OP_OPTIONS_INIT;
+    opts.timeout_ms = o_.timeout_ms;
+    taiji_request_t* req = nullptr;
+    auto start = std::chrono::steady_clock::now();
+    s = taiji_set_topology(peer_, t, &opts, &req);
+    taiji_topology_destroy(t);
+    if (s == TAIJI_OK) s = taiji_request_wait(req, -1);
+    double elapsed = seconds_since(start);
+    *digest = taiji_request_topology_digest(req);
+    taiji_request_free(req);
+    ok(s, "taiji_set_topology(" + o_.swap_to + ")");
+    return elapsed;
+  }
+
+  // Output buffers start from data no correct op leaves behind, so an op that delivered
+  // nothing cannot pass.
+  void reset_output(uint64_t bytes) {
+    if (o_.op == OpKind::kAllreduce) {
+      std::memset(recv_.get(), 0xff, static_cast<size_t>(bytes));
+    } else if (o_.op == OpKind::kBroadcast && rank_ != o_.root) {
+      fill_broadcast_pattern(0, true, recv_.get(), static_cast<size_t>(bytes));
+    }
+  }
+
+  bool verify_output(size_t count, uint64_t bytes, uint64_t seed) const {
+    if (o_.op == OpKind::kAllreduce) {
+      return verify_allreduce_output(*o_.dtype, o_.redop, world_, seed, recv_.get(), count);
+    }
+    return verify_broadcast_pattern(seed, recv_.get(), static_cast<size_t>(bytes));
+  }
+
   void ok(taiji_status_t s, const std::string& call) {
     if (s != TAIJI_OK) throw LibError{s, call, taiji_peer_last_error(peer_)};
   }
@@ -154,23 +316,24 @@ class Bench {
        "taiji_allreduce(" + name + ")");
   }
 
+  taiji_status_t post_op(const char* name, size_t count, taiji_request_t** req) {
+    switch (o_.op) {
+      case OpKind::kAllreduce:
+        return taiji_allreduce(peer_, name, send_.get(), recv_.get(), count, o_.dtype->dtype,
+                               o_.redop, &opts_, req);
+      case OpKind::kBroadcast:
+        return taiji_broadcast(peer_, name, recv_.get(), count, o_.dtype->dtype, o_.root,
+                               &opts_, req);
+      case OpKind::kBarrier:
+        return taiji_barrier(peer_, name, &opts_, req);
+    }
+    return TAIJI_ERR_INVALID_ARGUMENT;
+  }
+
   // The timed call itself; errors are only formatted on the failure path so that the
   // loop does no string work.
   void run_op(const char* name, size_t count) {
-    taiji_status_t s = TAIJI_OK;
-    switch (o_.op) {
-      case OpKind::kAllreduce:
-        s = taiji_allreduce(peer_, name, send_.get(), recv_.get(), count, o_.dtype->dtype,
-                            o_.redop, &opts_, nullptr);
-        break;
-      case OpKind::kBroadcast:
-        s = taiji_broadcast(peer_, name, recv_.get(), count, o_.dtype->dtype, o_.root, &opts_,
-                            nullptr);
-        break;
-      case OpKind::kBarrier:
-        s = taiji_barrier(peer_, name, &opts_, nullptr);
-        break;
-    }
+    taiji_status_t s = post_op(name, count, nullptr);
     if (s != TAIJI_OK) ok(s, std::string("taiji_") + op_name(o_.op) + "(" + name + ")");
   }
 
@@ -238,14 +401,52 @@ class Bench {
   int rank_ = 0;
   int world_ = 1;
   taiji_op_options_t opts_ = TAIJI_OP_OPTIONS_INIT;
+  std::string topology_;
+  std::string tag_prefix_;
+  std::vector<std::pair<uint64_t, std::string>> digest_names_;
   std::unique_ptr<unsigned char[]> send_;
   std::unique_ptr<unsigned char[]> recv_;
 };
 
-std::string shown_topology(const Options& o) {
+// The topology the peer starts on, as shown: --topology, else TAIJI_TOPOLOGY, else auto.
+std::string start_topology(const Options& o) {
   if (!o.topology.empty()) return o.topology;
   const char* env = std::getenv("TAIJI_TOPOLOGY");
   return env != nullptr && *env != '\0' ? env : "auto";
+}
+
+std::string shown_topology(const Options& o) {
+  if (!o.sweep_topologies.empty()) {
+    std::string list = "sweep:";
+    for (const std::string& t : o.sweep_topologies) list += (list.back() == ':' ? "" : ",") + t;
+    return list;
+  }
+  return o.swap_at ? start_topology(o) + "->" + o.swap_to : start_topology(o);
+}
+
+// Writes the optional files; false if one could not be written.
+bool write_files(const Options& o, const RunInfo& info, const std::vector<Row>& rows,
+                 const SwapResult* swap, bool all_ok) {
+  std::string error;
+  bool good = true;
+  if (!o.csv_path.empty() &&
+      !(swap ? write_timeline_csv(o.csv_path, info, *swap, &error)
+             : write_csv(o.csv_path, info, rows, &error))) {
+    std::fprintf(stderr, "taiji-bench: %s\n", error.c_str());
+    good = false;
+  }
+  if (!o.json_path.empty() &&
+      !(swap ? write_timeline_json(o.json_path, info, *swap, all_ok, &error)
+             : write_json(o.json_path, info, rows, all_ok, &error))) {
+    std::fprintf(stderr, "taiji-bench: %s\n", error.c_str());
+    good = false;
+  }
+  return good;
+}
+
+bool any_failed(const std::vector<Row>& rows) {
+  return std::any_of(rows.begin(), rows.end(),
+                     [](const Row& r) { return std::strcmp(r.check, "FAIL") == 0; });
 }
 
 int run(const Options& o) {
@@ -276,18 +477,51 @@ int run(const Options& o) {
   info.topology = shown_topology(o);
   info.version = taiji_version_string();
 
-  std::vector<Row> rows;
+  std::vector<Row> rows;                    // plain run, and every sweep row in order
+  std::vector<std::vector<Row>> per_topo;  // sweep run
+  std::vector<uint64_t> sweep_digests;
+  SwapResult swap;
   bool all_ok = true;
   int code = 0;
   try {
-    const std::vector<uint64_t> sizes = bench.sizes();
-    bench.allocate(sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end()));
-    if (rank == 0) print_header(info);
-    for (uint64_t bytes : sizes) {
-      Row row = bench.run_size(bytes);
-      if (std::strcmp(row.check, "FAIL") == 0) all_ok = false;
-      rows.push_back(row);
-      if (rank == 0) print_row(info, row);
+    if (o.swap_at) {
+      bench.learn_digests();
+      bench.allocate(o.op == OpKind::kBarrier ? 0 : o.max_bytes);
+      if (rank == 0) print_header(info);
+      swap = bench.run_swap(o.max_bytes, start_topology(o));
+      for (const Sample& smp : swap.samples) {
+        if (std::strcmp(smp.check, "FAIL") == 0) all_ok = false;
+      }
+    } else {
+      const std::vector<uint64_t> sizes = bench.sizes();
+      bench.allocate(sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end()));
+      if (rank == 0) print_header(info);
+      if (o.sweep_topologies.empty()) {
+        for (uint64_t bytes : sizes) {
+          Row row = bench.run_size(bytes);
+          rows.push_back(row);
+          if (rank == 0) print_row(info, row);
+        }
+      } else {
+        bench.learn_digests();
+        for (const std::string& topo : o.sweep_topologies) {
+          sweep_digests.push_back(bench.digest_of(topo));
+        }
+        for (const std::string& topo : o.sweep_topologies) {
+          bench.use_topology(topo);
+          auto start = std::chrono::steady_clock::now();
+          std::vector<Row> mine;
+          for (uint64_t bytes : sizes) mine.push_back(bench.run_size(bytes));
+          if (rank == 0) {
+            std::printf("# %-22s %zu sizes in %.1f s%s\n", topo.c_str(), mine.size(),
+                        seconds_since(start), any_failed(mine) ? ", CHECK FAILED" : "");
+            std::fflush(stdout);
+          }
+          rows.insert(rows.end(), mine.begin(), mine.end());
+          per_topo.push_back(std::move(mine));
+        }
+      }
+      all_ok = !any_failed(rows);
     }
     s = taiji_peer_finalize(peer);
     if (s != TAIJI_OK) throw LibError{s, "taiji_peer_finalize", taiji_peer_last_error(peer)};
@@ -307,16 +541,14 @@ int run(const Options& o) {
   taiji_peer_destroy(peer);
 
   if (rank == 0 && code != 2) {
-    print_footer(info, rows, all_ok);
-    std::string error;
-    if (!o.csv_path.empty() && !write_csv(o.csv_path, info, rows, &error)) {
-      std::fprintf(stderr, "taiji-bench: %s\n", error.c_str());
-      code = 2;
+    if (o.swap_at) {
+      print_timeline(info, swap, all_ok);
+    } else if (!o.sweep_topologies.empty()) {
+      print_sweep_table(info, o.sweep_topologies, sweep_digests, per_topo, all_ok);
+    } else {
+      print_footer(info, rows, all_ok);
     }
-    if (!o.json_path.empty() && !write_json(o.json_path, info, rows, all_ok, &error)) {
-      std::fprintf(stderr, "taiji-bench: %s\n", error.c_str());
-      code = 2;
-    }
+    if (!write_files(o, info, rows, o.swap_at ? &swap : nullptr, all_ok)) code = 2;
   }
   return code;
 }

@@ -171,10 +171,15 @@ Result<std::shared_ptr<RequestState>> Peer::set_topology(BoundStrategy proposed,
   if (!prepared.is_ok()) return prepared.status();
   auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
   // Runs on the I/O thread as the consensus ends, before its request completes.
-  op->finish_hook = [this, vote, proposed](const Status& s) {
+  std::weak_ptr<RequestState> weak_request = op->request;
+  op->finish_hook = [this, vote, proposed, weak_request](const Status& s) {
     Status result = s;
     if (s.is_ok() && vote->second == 1) {
       current_ = proposed;
+      // The swap's own request reports the topology in force after it.
+      if (auto request = weak_request.lock()) {
+        request->set_topology_digest(proposed.strategy ? proposed.digest : 0);
+      }
       log().info("topology switched to {}", proposed.strategy ? proposed.strategy->name : "automatic");
     } else if (s.is_ok()) {
       result = {Code::Mismatch, "peers proposed different topologies; the old one stays"};
