@@ -256,8 +256,10 @@ void Peer::on_links_closed() {
     loop_closed_ = true;
   }
   engine_->transport_closed();
-  // Ops posted just before the close still complete (with an error), never vanish.
+  // Ops posted just before the close, or held back by a topology change, still complete
+  // (with an error), never vanish.
   drain_inbox();
+  open_gate();
   uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&wake_), nullptr);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -482,6 +483,22 @@ taiji_op_options_t op_options(int64_t timeout_ms, const char* topology) {
   o.timeout_ms = timeout_ms;
   o.topology = topology;
   return o;
+}
+
+EnvOverride::EnvOverride(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) {
+    had_ = true;
+    old_ = old;
+  }
+  setenv(name, value, 1);
+}
+
+EnvOverride::~EnvOverride() {
+  if (had_) {
+    setenv(name_.c_str(), old_.c_str(), 1);
+  } else {
+    unsetenv(name_.c_str());
+  }
 }
 
 GuardedBuffer::GuardedBuffer(size_t bytes, uint8_t fill) : bytes_(bytes), storage_(bytes + kGuard, fill) {

@@ -89,6 +89,22 @@ taiji_status_t wait_bounded(taiji_peer_t* peer, taiji_request_t* request, int64_
 taiji_op_options_t op_options(int64_t timeout_ms = 20000, const char* topology = nullptr);
 
 // A byte buffer with a guard zone after `bytes` whose pattern must survive every op.
+// Sets an environment variable for the guard's lifetime, then restores the previous value
+// or its absence. The environment is process-wide and peers read it in taiji_peer_init, so
+// use it on the test thread around run_peers, never while other peers are starting.
+class EnvOverride {
+ public:
+  EnvOverride(const char* name, const char* value);
+  ~EnvOverride();
+  EnvOverride(const EnvOverride&) = delete;
+  EnvOverride& operator=(const EnvOverride&) = delete;
+
+ private:
+  std::string name_;
+  bool had_ = false;
+  std::string old_;
+};
+
 class GuardedBuffer {
  public:
   explicit GuardedBuffer(size_t bytes, uint8_t fill = 0xCD);
