@@ -229,7 +229,8 @@ void Peer::begin_close(CloseMode mode) {
 
 void Peer::on_tick() {
   engine_->tick();
-  if (finalizing_ && (engine_->idle() || uv_now(&loop_) >= close_deadline_)) {
+  bool idle = engine_->idle() && !gate_ && gated_.empty();
+  if (finalizing_ && (idle || uv_now(&loop_) >= close_deadline_)) {
     finalizing_ = false;
     engine_->fail_all({Code::Aborted, "peer closed with the op still in flight"});
     close_links(true);
