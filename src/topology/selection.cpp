@@ -28,12 +28,16 @@ uint8_t strategy_id(std::string_view name) {
   return 0;
 }
 
-uint8_t custom_strategy_id(uint64_t digest) { return static_cast<uint8_t>(0x80 | (digest & 0x7f)); }
+uint8_t wire_id(uint64_t digest) {
+  uint8_t id = 0;
+  for (int shift = 0; shift < 64; shift += 8) id ^= static_cast<uint8_t>(digest >> shift);
+  return id == 0 ? 1 : id;
+}
 
 BoundStrategy bind_custom(Strategy s) {
   BoundStrategy b;
   b.digest = topology_digest(s);
-  b.id = custom_strategy_id(b.digest);
+  b.id = wire_id(b.digest);
   b.strategy = std::make_shared<const Strategy>(std::move(s));
   return b;
 }
@@ -45,7 +49,7 @@ StrategyCache::StrategyCache(int size, const std::vector<int>& host_of) {
     BoundStrategy b;
     if (made.is_ok()) {
       b.digest = topology_digest(made.value());
-      b.id = static_cast<uint8_t>(i + 1);
+      b.id = wire_id(b.digest);
       b.strategy = std::make_shared<const Strategy>(std::move(made.value()));
     }
     built_.push_back(std::move(b));

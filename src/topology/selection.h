@@ -1,7 +1,7 @@
 // Which strategy an op uses. The default choice is a table (by message size), not code;
 // TAIJI_TOPOLOGY, a swap at run time, or the per-op option override it. Each strategy has
-// a one-byte id that travels in frames so peers can check they agree: built-ins use their
-// position in strategy_names() + 1, explicit (custom) graphs 0x80 | 7 bits of their digest.
+// a one-byte id that travels in frames so peers can check they agree; it is folded from
+// the graphs' digest, so equal graphs agree however they were named or built.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +22,11 @@ struct SelectionRule {
 const std::vector<SelectionRule>& default_selection();
 std::string_view select_strategy(uint64_t bytes, const std::vector<SelectionRule>& rules);
 
-// 0 for a name that is not a built-in.
+// A built-in's position in strategy_names() + 1 (what StrategyCache::get takes); 0 for a
+// name that is not a built-in.
 uint8_t strategy_id(std::string_view name);
-uint8_t custom_strategy_id(uint64_t digest);
+// The frame id of graphs with this digest (never 0).
+uint8_t wire_id(uint64_t digest);
 
 // A strategy ready for ops: the graphs, their digest and their wire id.
 struct BoundStrategy {
