@@ -42,7 +42,8 @@ struct CollectiveSpec {
   int rank = 0;
   int size = 1;
   std::shared_ptr<const Strategy> strategy;
-  uint8_t strategy_id = 0;            // travels in frames so peers can check agreement
+  uint8_t strategy_id = 0;            // travel in frames so peers can check agreement
+  uint16_t strategy_tag = 0;
   uint64_t chunk_bytes = 1 << 20;
 };
 

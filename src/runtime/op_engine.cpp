@@ -37,7 +37,7 @@ std::string op_title(OpKind kind, const std::string& name, uint64_t version) {
 }
 
 std::string describe(OpKind kind, uint64_t count, uint8_t dtype, uint8_t redop, uint32_t root,
-                     uint8_t strategy) {
+                     uint32_t topology) {
   std::string s = kind_name(kind);
   if (kind != OpKind::Barrier) {
     s += " count " + std::to_string(count) + " " +
@@ -47,7 +47,7 @@ std::string describe(OpKind kind, uint64_t count, uint8_t dtype, uint8_t redop, 
     s += " " + std::string(valid_redop(redop) ? redop_name(static_cast<RedOp>(redop)) : "op?");
   }
   if (op_kind_rooted(kind)) s += " root " + std::to_string(root);
-  return s + " strategy " + std::to_string(strategy);
+  return s + " topology " + fmt::format("{:06x}", topology);
 }
 
 std::string rank_list(const std::vector<int>& ranks) {
@@ -101,6 +101,7 @@ FrameHeader OpEngine::header_for(const Active& op, MsgType type) const {
   h.op_version = op.key.second;
   h.count = s.count;
   h.strategy = s.strategy_id;
+  h.strategy_tag = s.strategy_tag;
   return h;
 }
 
@@ -246,7 +247,8 @@ void OpEngine::send_chunk(Active& op, const ChunkSend& s) {
 
 Status OpEngine::check_match(const Active& op, const FrameHeader& h) const {
   const CollectiveSpec& s = op.op->spec();
-  bool same = h.op_kind == s.kind && h.count == s.count && h.strategy == s.strategy_id;
+  bool same = h.op_kind == s.kind && h.count == s.count && h.strategy == s.strategy_id &&
+              h.strategy_tag == s.strategy_tag;
   if (s.kind != OpKind::Barrier) same = same && h.dtype == static_cast<uint8_t>(s.dtype);
   if (op_kind_reduces(s.kind)) same = same && h.redop == static_cast<uint8_t>(s.redop);
   if (op_kind_rooted(s.kind)) same = same && h.root == static_cast<uint32_t>(s.root);
@@ -254,11 +256,12 @@ Status OpEngine::check_match(const Active& op, const FrameHeader& h) const {
   return {Code::Mismatch,
           "'" + op.key.first + "' version " + std::to_string(op.key.second) + ": rank " +
               std::to_string(h.src_rank) + " posted " +
-              describe(h.op_kind, h.count, h.dtype, h.redop, h.root, h.strategy) +
+              describe(h.op_kind, h.count, h.dtype, h.redop, h.root,
+                       h.strategy | static_cast<uint32_t>(h.strategy_tag) << 8) +
               ", rank " + std::to_string(opt_.rank) + " posted " +
               describe(s.kind, s.count, static_cast<uint8_t>(s.dtype),
                        static_cast<uint8_t>(s.redop), static_cast<uint32_t>(s.root),
-                       s.strategy_id)};
+                       s.strategy_id | static_cast<uint32_t>(s.strategy_tag) << 8)};
 }
 
 void OpEngine::mismatch(Active& op, const Status& why) {

@@ -40,6 +40,7 @@ void Peer::bind(PostedOp& op) const {
     }
     op.spec.strategy = b.strategy;
     op.spec.strategy_id = b.id;
+    op.spec.strategy_tag = b.tag;
     op.request->set_topology_digest(b.digest);
   }
 }
@@ -111,6 +112,7 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
   if (explicit_strategy.strategy) {
     op.spec.strategy = explicit_strategy.strategy;
     op.spec.strategy_id = explicit_strategy.id;
+    op.spec.strategy_tag = explicit_strategy.tag;
     op.request->set_topology_digest(explicit_strategy.digest);
   }
   return op;

@@ -34,10 +34,13 @@ uint8_t wire_id(uint64_t digest) {
   return id == 0 ? 1 : id;
 }
 
+uint16_t wire_tag(uint64_t digest) { return static_cast<uint16_t>((digest >> 16) ^ (digest >> 48)); }
+
 BoundStrategy bind_custom(Strategy s) {
   BoundStrategy b;
   b.digest = topology_digest(s);
   b.id = wire_id(b.digest);
+  b.tag = wire_tag(b.digest);
   b.strategy = std::make_shared<const Strategy>(std::move(s));
   return b;
 }
@@ -50,6 +53,7 @@ StrategyCache::StrategyCache(int size, const std::vector<int>& host_of) {
     if (made.is_ok()) {
       b.digest = topology_digest(made.value());
       b.id = wire_id(b.digest);
+      b.tag = wire_tag(b.digest);
       b.strategy = std::make_shared<const Strategy>(std::move(made.value()));
     }
     built_.push_back(std::move(b));

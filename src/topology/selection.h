@@ -25,14 +25,17 @@ std::string_view select_strategy(uint64_t bytes, const std::vector<SelectionRule
 // A built-in's position in strategy_names() + 1 (what StrategyCache::get takes); 0 for a
 // name that is not a built-in.
 uint8_t strategy_id(std::string_view name);
-// The frame id of graphs with this digest (never 0).
+// What frames carry of a digest: 24 bits, so peers on different graphs almost surely
+// see a mismatch (the swap itself compares whole digests). The id is never 0.
 uint8_t wire_id(uint64_t digest);
+uint16_t wire_tag(uint64_t digest);
 
 // A strategy ready for ops: the graphs, their digest and their wire id.
 struct BoundStrategy {
   std::shared_ptr<const Strategy> strategy;
   uint64_t digest = 0;
-  uint8_t id = 0;
+  uint8_t id = 0;     // frame strategy byte: wire_id(digest)
+  uint16_t tag = 0;   // frame strategy_tag: wire_tag(digest)
 };
 BoundStrategy bind_custom(Strategy s);
 

@@ -72,7 +72,7 @@ void encode_header(const FrameHeader& h, uint8_t out[kHeaderSize]) {
   put32(out + 40, h.chunk);
   out[44] = h.stage;
   out[45] = h.strategy;
-  put16(out + 46, h.reserved);
+  put16(out + 46, h.strategy_tag);
   put64(out + 48, h.offset);
   put64(out + 56, h.payload_len);
 }
@@ -95,7 +95,7 @@ Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits,
   h.chunk = get32(in + 40);
   h.stage = in[44];
   h.strategy = in[45];
-  h.reserved = get16(in + 46);
+  h.strategy_tag = get16(in + 46);
   h.offset = get64(in + 48);
   h.payload_len = get64(in + 56);
 
@@ -122,7 +122,6 @@ Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits,
     return bad("cluster_version " + num(h.cluster_version) + " does not match " +
                num(limits.cluster_version));
   }
-  if (h.reserved != 0) return bad("reserved " + num(h.reserved) + " is not 0");
   if (h.name_len > limits.max_name_len) {
     return bad("name_len " + num(h.name_len) + " exceeds cap " + num(limits.max_name_len));
   }

@@ -6,7 +6,8 @@
 //   0 magic u32 ("TJ01" = 0x3130'4A54)   4 protocol u16   6 type u8   7 op_kind u8
 //   8 cluster_version u32  12 src_rank u32  16 dtype u8  17 redop u8  18 name_len u16
 //  20 root u32  24 op_version u64  32 count u64  40 chunk u32  44 stage u8  45 strategy u8
-//  46 reserved u16 (must be 0)  48 offset u64  56 payload_len u64
+//  46 strategy_tag u16  48 offset u64  56 payload_len u64
+// strategy and strategy_tag together carry 24 bits of the topology's digest.
 #pragma once
 
 #include <cstddef>
@@ -68,7 +69,7 @@ struct FrameHeader {
   uint32_t chunk = 0;
   uint8_t stage = 0;
   uint8_t strategy = 0;
-  uint16_t reserved = 0;
+  uint16_t strategy_tag = 0;
   uint64_t offset = 0;
   uint64_t payload_len = 0;
 };
@@ -83,7 +84,7 @@ struct FrameLimits {
 void encode_header(const FrameHeader& h, uint8_t out[kHeaderSize]);
 // Parses and validates magic, protocol, type, op kind, dtype, redop (for Data frames of
 // Allreduce), name length (>= 1 except Hello may be 0; <= max), payload length (<= max;
-// for Data a multiple of the dtype size), ranks, cluster version, reserved == 0. The
+// for Data a multiple of the dtype size), ranks and cluster version. The
 // message of an error names the field and its value.
 Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits, FrameHeader* out);
 

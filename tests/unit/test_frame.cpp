@@ -28,7 +28,7 @@ bool same(const FrameHeader& a, const FrameHeader& b) {
          a.src_rank == b.src_rank && a.dtype == b.dtype && a.redop == b.redop &&
          a.name_len == b.name_len && a.root == b.root && a.op_version == b.op_version &&
          a.count == b.count && a.chunk == b.chunk && a.stage == b.stage &&
-         a.strategy == b.strategy && a.reserved == b.reserved && a.offset == b.offset &&
+         a.strategy == b.strategy && a.strategy_tag == b.strategy_tag && a.offset == b.offset &&
          a.payload_len == b.payload_len;
 }
 
@@ -163,7 +163,7 @@ TEST_CASE("encoding puts each field little-endian at its offset", "[frame]") {
       0x24, 0x23, 0x22, 0x21,                          // chunk
       0x01,                                            // stage
       0x7F,                                            // strategy
-      0x00, 0x00,                                      // reserved
+      0x00, 0x00,                                      // strategy_tag
       0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31,  // offset
       0x48, 0x47, 0x46, 0x45, 0x44, 0x43, 0x42, 0x41,  // payload_len
   };
@@ -220,10 +220,6 @@ TEST_CASE("decode rejects each invalid field", "[frame]") {
   SECTION("cluster_version") {
     h.cluster_version = 8;
     require_error(h, l, "cluster_version 8");
-  }
-  SECTION("reserved") {
-    h.reserved = 0x0100;
-    require_error(h, l, "reserved 256");
   }
   SECTION("name_len") {
     h.name_len = 257;
@@ -287,12 +283,9 @@ TEST_CASE("decode rejects each invalid field", "[frame]") {
     h.cluster_version = 1;
     require_error(h, l, "src_rank 99");
     h.src_rank = 0;
-    h.reserved = 1;
     require_error(h, l, "cluster_version 1");
     h.cluster_version = 7;
     h.payload_len = 1ull << 40;
-    require_error(h, l, "reserved 1");
-    h.reserved = 0;
     h.dtype = 200;
     require_error(h, l, "payload_len");
   }
