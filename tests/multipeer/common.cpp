@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <thread>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -510,6 +512,21 @@ bool GuardedBuffer::guard_intact() const {
     if (storage_[bytes_ + i] != static_cast<uint8_t>(0xA5 ^ i)) return false;
   }
   return true;
+}
+
+void record_callback(taiji_status_t status, void* user_data) {
+  auto* log = static_cast<CallbackLog*>(user_data);
+  log->status.store(status);
+  log->calls.fetch_add(1);
+}
+
+bool await_calls(const CallbackLog& log, int want, std::chrono::milliseconds limit) {
+  auto deadline = Clock::now() + limit;
+  while (log.calls.load() < want && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return log.calls.load() == want;
 }
 
 }  // namespace taiji_test

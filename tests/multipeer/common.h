@@ -5,6 +5,7 @@
 
 #include <taiji/taiji.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -117,5 +118,17 @@ class GuardedBuffer {
   size_t bytes_;
   std::vector<uint8_t> storage_;
 };
+
+// Counts completion callbacks: pass &log as user_data with record_callback.
+struct CallbackLog {
+  std::atomic<int> calls{0};
+  std::atomic<int> status{1000};
+};
+// The status is stored before the count, and the count is the callback's last touch of the
+// log, so a waiter that sees the count may read the status and then free the log.
+void record_callback(taiji_status_t status, void* user_data);
+// Callbacks run on the I/O thread and may lag the waiter by a moment: gives them a bounded
+// time to arrive, then a little longer to catch a second call.
+bool await_calls(const CallbackLog& log, int want, std::chrono::milliseconds limit);
 
 }  // namespace taiji_test

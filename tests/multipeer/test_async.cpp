@@ -22,29 +22,6 @@ namespace {
 
 using namespace taiji_test;
 
-struct CallbackLog {
-  std::atomic<int> calls{0};
-  std::atomic<int> status{1000};
-};
-
-// The status is stored before the count, and the count is the callback's last touch of the
-// log, so a waiter that sees the count may read the status and then free the log.
-void record_callback(taiji_status_t status, void* user_data) {
-  auto* log = static_cast<CallbackLog*>(user_data);
-  log->status.store(status);
-  log->calls.fetch_add(1);
-}
-
-// Callbacks run on the I/O thread and may lag the waiter by a moment: give them a bounded
-// time to arrive, then a little longer to catch a second call.
-bool await_calls(const CallbackLog& log, int want, std::chrono::milliseconds limit) {
-  auto deadline = Clock::now() + limit;
-  while (log.calls.load() < want && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  return log.calls.load() == want;
-}
 
 enum class Kind { Allreduce, Broadcast, Barrier };
 

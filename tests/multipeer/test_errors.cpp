@@ -21,25 +21,6 @@ namespace {
 
 using namespace taiji_test;
 
-struct CallbackLog {
-  std::atomic<int> calls{0};
-  std::atomic<int> status{1000};
-};
-
-void record_callback(taiji_status_t status, void* user_data) {
-  auto* log = static_cast<CallbackLog*>(user_data);
-  log->status.store(status);
-  log->calls.fetch_add(1);
-}
-
-bool await_calls(const CallbackLog& log, int want, std::chrono::milliseconds limit) {
-  auto deadline = Clock::now() + limit;
-  while (log.calls.load() < want && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  return log.calls.load() == want;
-}
 
 // Spins until flag is set or limit passes; returns whether it was set.
 bool await_flag(const std::atomic<bool>& flag, std::chrono::milliseconds limit) {
