@@ -174,41 +174,6 @@ void fill_string(std::string* field, const char* var, const char* def, const Env
   *source = "'" + *field + "'";
 }
 
-// Returns the reason `s` is not host:port, or an empty string when it is.
-std::string split_host_port(const std::string& s, bool allow_zero, std::string* host,
-                            uint16_t* port) {
-  std::string h;
-  std::string p;
-  if (!s.empty() && s.front() == '[') {
-    const size_t close = s.find(']');
-    if (close == std::string::npos) return "missing ']' after the IPv6 address";
-    h = s.substr(1, close - 1);
-    if (close + 1 >= s.size() || s[close + 1] != ':') return "missing ':port' after ']'";
-    p = s.substr(close + 2);
-  } else {
-    const size_t colon = s.rfind(':');
-    if (colon == std::string::npos) return "missing ':port'";
-    h = s.substr(0, colon);
-    if (h.find(':') != std::string::npos) {
-      return "an IPv6 address needs brackets, as in [::1]:port";
-    }
-    p = s.substr(colon + 1);
-  }
-  if (h.empty()) return "empty host";
-  for (char ch : h) {
-    if (ch == '[' || ch == ']' || ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
-      return "bad character in host";
-    }
-  }
-  uint64_t v = 0;
-  if (!parse_digits(p, 65535, &v) || (v == 0 && !allow_zero)) {
-    return "port '" + p + "' is not a number in " + (allow_zero ? "0" : "1") + "..65535";
-  }
-  *host = std::move(h);
-  *port = static_cast<uint16_t>(v);
-  return {};
-}
-
 struct RankFamily {
   const char* rank;
   const char* size;
@@ -443,11 +408,5 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
 }
 
 
-Status parse_host_port(const std::string& s, std::string* host, uint16_t* port,
-                       bool allow_zero) {
-  std::string reason = split_host_port(s, allow_zero, host, port);
-  if (reason.empty()) return Status::ok();
-  return {Code::InvalidArgument, "'" + s + "' is not host:port: " + reason};
-}
 
 }  // namespace taiji

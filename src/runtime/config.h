@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "transport/address.h"
 
 namespace taiji {
 
@@ -50,9 +51,5 @@ struct Config {
 // Byte sizes accept a K, M or G suffix (powers of 1024). Nothing set at all means a single
 // peer: rank 0 of 1. Errors (Code::Config) name the variable and the offending value.
 Result<Config> resolve_config(Config explicit_values, const EnvLookup& env);
-
-// Splits "host:port" ("[v6]:port" too); port must be 1..65535 (0 allowed if allow_zero).
-Status parse_host_port(const std::string& s, std::string* host, uint16_t* port,
-                       bool allow_zero = false);
 
 }  // namespace taiji

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "monitor/log.h"
+#include "transport/address.h"
 
 namespace taiji {
 
@@ -78,26 +79,6 @@ int ms_until(Clock::time_point deadline) {
 
 Clock::time_point deadline_after(int64_t ms) {
   return Clock::now() + std::chrono::milliseconds(std::max<int64_t>(ms, 0));
-}
-
-// "host:port" or "[v6]:port"; the port must be 1..65535.
-bool split_host_port(const std::string& s, std::string* host, std::string* port) {
-  size_t colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  std::string h = s.substr(0, colon);
-  std::string p = s.substr(colon + 1);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {
-    h = h.substr(1, h.size() - 2);
-  } else if (h.find(':') != std::string::npos) {
-    return false;
-  }
-  if (h.empty() || p.empty() || p.size() > 5) return false;
-  if (!std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
-  int n = std::stoi(p);
-  if (n < 1 || n > 65535) return false;
-  *host = h;
-  *port = p;
-  return true;
 }
 
 std::string sockaddr_text(const sockaddr* sa) {
@@ -579,11 +560,13 @@ RendezvousClient::~RendezvousClient() {
 
 Result<std::unique_ptr<RendezvousClient>> RendezvousClient::connect(const std::string& address,
                                                                     int64_t timeout_ms) {
-  std::string host, port;
-  if (!split_host_port(address, &host, &port)) {
+  std::string host;
+  uint16_t port_number = 0;
+  if (!split_host_port(address, false, &host, &port_number).empty()) {
     return Status(Code::Bootstrap,
                   "rendezvous: bad address '" + address + "' (expected host:port)");
   }
+  std::string port = std::to_string(port_number);
   auto deadline = deadline_after(timeout_ms);
   std::string error = "no attempt made";
   for (;;) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "monitor/log.h"
+#include "transport/address.h"
 
 namespace taiji {
 
@@ -35,23 +36,6 @@ Status resolve(const std::string& host, uint16_t port, sockaddr_storage* out) {
   }
   std::memcpy(out, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
-  return {};
-}
-
-Status split_address(const std::string& addr, std::string* host, uint16_t* port) {
-  auto colon = addr.rfind(':');
-  if (colon == std::string::npos) return {Code::Bootstrap, "bad peer address '" + addr + "'"};
-  *host = addr.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  try {
-    unsigned long p = std::stoul(addr.substr(colon + 1));
-    if (p == 0 || p > 65535) throw std::out_of_range("port");
-    *port = static_cast<uint16_t>(p);
-  } catch (const std::exception&) {
-    return {Code::Bootstrap, "bad port in peer address '" + addr + "'"};
-  }
   return {};
 }
 
@@ -293,7 +277,10 @@ void TcpTransport::start_connect(int rank) {
   std::string host;
   uint16_t port = 0;
   sockaddr_storage addr{};
-  Status s = split_address(addresses_[rank], &host, &port);
+  Status s;
+  if (std::string why = split_host_port(addresses_[rank], false, &host, &port); !why.empty()) {
+    s = {Code::Bootstrap, "bad address '" + addresses_[rank] + "' for rank " + std::to_string(rank) + ": " + why};
+  }
   if (s.is_ok()) s = resolve(host, port, &addr);
   if (!s.is_ok()) return finish_ready(s);
   auto* c = new Conn();
