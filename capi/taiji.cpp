@@ -34,6 +34,7 @@ static_assert(static_cast<int>(taiji::Code::VersionMismatch) == TAIJI_ERR_VERSIO
 static_assert(static_cast<int>(taiji::Code::Internal) == TAIJI_ERR_INTERNAL);
 static_assert(static_cast<int>(taiji::Code::Unsupported) == TAIJI_ERR_UNSUPPORTED);
 static_assert(static_cast<int>(taiji::Code::Bootstrap) == TAIJI_ERR_BOOTSTRAP);
+static_assert(static_cast<int>(taiji::Code::Auth) == TAIJI_ERR_AUTH);
 static_assert(static_cast<int>(taiji::DType::U64) == TAIJI_U64);
 static_assert(static_cast<int>(taiji::DType::BF16) == TAIJI_BF16);
 static_assert(static_cast<int>(taiji::RedOp::Avg) == TAIJI_AVG);

@@ -28,6 +28,7 @@ enum class Code : int32_t {
   Internal = -14,
   Unsupported = -15,
   Bootstrap = -16,
+  Auth = -17,
 };
 
 class Status {

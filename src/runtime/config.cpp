@@ -1,7 +1,14 @@
 #include "runtime/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -22,6 +29,11 @@ constexpr uint64_t kDefaultEagerBytes = 64 * kKiB;
 constexpr uint64_t kDefaultUnexpectedBytes = 64 * kMiB;
 constexpr uint64_t kDefaultMaxPayload = 64 * kMiB;
 constexpr uint32_t kDefaultMaxNameLen = 256;
+constexpr int64_t kDefaultHandshakeTimeoutMs = 10000;
+constexpr int64_t kDefaultMaxPending = 64;
+constexpr int64_t kDefaultStallWarnMs = 10000;
+constexpr size_t kMinSecretBytes = 16;
+constexpr size_t kMaxSecretBytes = 4096;
 // Below this the per-frame header and syscall overhead dominate the transfer.
 constexpr uint64_t kMinChunkBytes = 4 * kKiB;
 // The frame header carries name_len in 16 bits.
@@ -143,7 +155,8 @@ Status fill_bytes(uint64_t* field, const char* name, const char* var, uint64_t d
   return Status::ok();
 }
 
-Status fill_timeout(int64_t* field, const char* name, const char* var, const EnvLookup& env) {
+Status fill_timeout(int64_t* field, const char* name, const char* var, const EnvLookup& env,
+                    int64_t def = kDefaultTimeoutMs) {
   if (*field < 0) {
     return config_error(explicit_source(name, *field) + " is not a positive timeout");
   }
@@ -155,7 +168,7 @@ Status fill_timeout(int64_t* field, const char* name, const char* var, const Env
     *field = static_cast<int64_t>(ms);
     return Status::ok();
   }
-  *field = kDefaultTimeoutMs;
+  *field = def;
   return Status::ok();
 }
 
@@ -340,6 +353,37 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
     return s;
   }
 
+  if (Status s = fill_timeout(&c.handshake_timeout_ms, "handshake_timeout_ms",
+                              "TAIJI_HANDSHAKE_TIMEOUT_MS", env, kDefaultHandshakeTimeoutMs);
+      !s.is_ok()) {
+    return s;
+  }
+  if (Status s = fill_timeout(&c.max_pending_connections, "max_pending_connections",
+                              "TAIJI_MAX_PENDING_CONNECTIONS", env, kDefaultMaxPending);
+      !s.is_ok()) {
+    return s;
+  }
+  if (c.stall_warn_ms < -1) {
+    return config_error(explicit_source("stall_warn_ms", c.stall_warn_ms) + " is negative");
+  }
+  if (c.stall_warn_ms == -1) {
+    c.stall_warn_ms = kDefaultStallWarnMs;
+    if (const char* v = lookup(env, "TAIJI_STALL_WARN_MS")) {
+      uint64_t ms = 0;
+      Status s = env_int("TAIJI_STALL_WARN_MS", v, 0,
+                         static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), &ms);
+      if (!s.is_ok()) return s;
+      c.stall_warn_ms = static_cast<int64_t>(ms);
+    }
+  }
+  std::string secret_src;
+  fill_string(&c.secret_file, "TAIJI_SECRET_FILE", "", env, &secret_src);
+  if (!c.secret_file.empty()) {
+    auto secret = read_secret_file(c.secret_file);
+    if (!secret.is_ok()) return secret.status();
+    c.secret = std::move(secret.value());
+  }
+
   std::string chunk_src;
   std::string eager_src;
   std::string unexpected_src;
@@ -407,6 +451,41 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
   return c;
 }
 
-
+Result<std::string> read_secret_file(const std::string& path) {
+  const std::string what = "secret file '" + path + "'";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return config_error("cannot open " + what + ": " + std::strerror(errno));
+  struct stat st {};
+  std::string bytes;
+  Status s;
+  if (fstat(fd, &st) != 0) {
+    s = config_error("cannot stat " + what + ": " + std::strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    s = config_error(what + " is not a regular file");
+  } else if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    s = config_error(what + " has mode " + mode +
+                     ": a job secret must not be readable by group or others (chmod 600)");
+  } else if (st.st_size < static_cast<off_t>(kMinSecretBytes) ||
+             st.st_size > static_cast<off_t>(kMaxSecretBytes)) {
+    s = config_error(what + " holds " + std::to_string(st.st_size) + " bytes; a secret is " +
+                     std::to_string(kMinSecretBytes) + " to " + std::to_string(kMaxSecretBytes));
+  } else {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t have = 0;
+    while (have < bytes.size()) {
+      ssize_t n = read(fd, bytes.data() + have, bytes.size() - have);
+      if (n <= 0) {
+        s = config_error("cannot read " + what + ": " + (n < 0 ? std::strerror(errno) : "short"));
+        break;
+      }
+      have += static_cast<size_t>(n);
+    }
+  }
+  close(fd);
+  if (!s.is_ok()) return s;
+  return bytes;
+}
 
 }  // namespace taiji

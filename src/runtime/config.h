@@ -35,6 +35,12 @@ struct Config {
   std::string topology;             // built-in name or explicit text; empty: automatic by size
   std::string host_label;           // peers with equal labels share a host; empty: listen_host
   std::string log_level;            // trace, debug, info, warn, error, off; empty: warn
+  std::string secret_file;          // job secret for authenticating connections; empty: none
+  std::string secret;               // filled from secret_file by resolve_config
+  int64_t handshake_timeout_ms = 0; // a connection's handshake deadline; 0: unset (10000)
+  int64_t max_pending_connections = 0;  // connections in their handshake; 0: unset (64)
+  int64_t stall_warn_ms = -1;       // warn about ops some peers have not posted; -1: unset
+                                    // (10000), 0: off
 };
 
 // Fills unset fields of `explicit_values` from the environment, then from defaults, and
@@ -47,9 +53,15 @@ struct Config {
 //   SLURM_PROCID, SLURM_NTASKS (Slurm)
 // and TAIJI_LISTEN_HOST, TAIJI_JOB_ID, TAIJI_TIMEOUT_MS, TAIJI_INIT_TIMEOUT_MS,
 // TAIJI_CHUNK_BYTES, TAIJI_EAGER_BYTES, TAIJI_UNEXPECTED_BYTES, TAIJI_MAX_PAYLOAD_BYTES,
-// TAIJI_MAX_NAME_LEN, TAIJI_TOPOLOGY, TAIJI_HOST, TAIJI_LOG_LEVEL.
+// TAIJI_MAX_NAME_LEN, TAIJI_TOPOLOGY, TAIJI_HOST, TAIJI_LOG_LEVEL, TAIJI_SECRET_FILE,
+// TAIJI_HANDSHAKE_TIMEOUT_MS, TAIJI_MAX_PENDING_CONNECTIONS, TAIJI_STALL_WARN_MS.
+// A secret file must be a regular file with no group or other permission bits, holding
+// 16 bytes to 4 KiB (its bytes, verbatim, are the key).
 // Byte sizes accept a K, M or G suffix (powers of 1024). Nothing set at all means a single
 // peer: rank 0 of 1. Errors (Code::Config) name the variable and the offending value.
 Result<Config> resolve_config(Config explicit_values, const EnvLookup& env);
+
+// Reads a job secret file under the rules above; errors (Code::Config) say what is wrong.
+Result<std::string> read_secret_file(const std::string& path);
 
 }  // namespace taiji

@@ -48,6 +48,9 @@ Peer::Peer(const Config& config) : config_(config) {
   to.listen_host = config_.listen_host;
   to.limits.max_name_len = static_cast<uint16_t>(config_.max_name_len);
   to.limits.max_payload = config_.max_payload;
+  to.secret = config_.secret;
+  to.handshake_timeout_ms = static_cast<uint64_t>(config_.handshake_timeout_ms);
+  to.max_pending_connections = static_cast<int>(config_.max_pending_connections);
   transport_ = std::make_unique<TcpTransport>(&loop_, to, engine_.get());
   engine_->set_transport(transport_.get());
 }

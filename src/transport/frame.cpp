@@ -50,6 +50,9 @@ const char* type_name(MsgType t) {
     case MsgType::Data: return "Data";
     case MsgType::Abort: return "Abort";
     case MsgType::Bye: return "Bye";
+    case MsgType::Auth: return "Auth";
+    case MsgType::Query: return "Query";
+    case MsgType::Answer: return "Answer";
   }
   return "?";
 }

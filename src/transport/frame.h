@@ -27,8 +27,11 @@ enum class MsgType : uint8_t {
   Data = 3,    // one chunk of one stage of one op
   Abort = 4,   // the op failed on the sender (payload: UTF-8 reason); chunk = -status
   Bye = 5,     // the sender finalized: nothing more comes on this connection
+  Auth = 6,    // handshake: proof of the job secret (payload: HMAC-SHA256)
+  Query = 7,   // "have you posted (name, op_version)?" (a stalled op's watchdog asks)
+  Answer = 8,  // reply to a Query: chunk = 1 when posted (or done), 0 when not
 };
-constexpr uint8_t kMaxMsgType = 5;
+constexpr uint8_t kMaxMsgType = 8;
 
 enum class OpKind : uint8_t {
   None = 0,

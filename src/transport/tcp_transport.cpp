@@ -63,6 +63,9 @@ struct TcpTransport::Conn {
   bool closing = false;
   bool got_bye = false;
   bool draining = false;  // graceful shutdown: closes itself once queued writes are out
+  std::unique_ptr<Handshake> hs;      // until identified
+  std::vector<uint8_t> hs_payload;    // a handshake frame's payload
+  uint64_t opened_at = 0;             // loop time the handshake began; 0: not connected yet
 
   State state = State::Header;
   uint8_t hdr[kHeaderSize];
@@ -194,11 +197,20 @@ Status TcpTransport::Conn::name_complete() {
   payload_have = 0;
   state = State::Payload;
   if (!identified) {
-    if (h.type != MsgType::Hello) return {Code::Protocol, "first frame is not a Hello"};
-    owner->on_hello(this, h, name);
-    if (closing) return {};
-  } else if (h.type == MsgType::Hello) {
-    return {Code::Protocol, "second Hello on an open connection"};
+    // Until the handshake is done only its own small frames are read; nothing else is
+    // buffered or reaches the op engine.
+    if (h.type != MsgType::Hello && h.type != MsgType::Auth) {
+      return {Code::Protocol, "frame of type " + std::to_string(static_cast<int>(h.type)) +
+                                  " before the handshake finished"};
+    }
+    if (h.payload_len > Handshake::kMaxPayload) {
+      return {Code::Protocol, "handshake frame with a " + std::to_string(h.payload_len) +
+                                  "-byte payload"};
+    }
+    hs_payload.resize(h.payload_len);
+    target = hs_payload.data();
+  } else if (h.type == MsgType::Hello || h.type == MsgType::Auth) {
+    return {Code::Protocol, "handshake frame on an open connection"};
   } else if (h.type == MsgType::Bye) {
     got_bye = true;
   } else if (static_cast<int>(h.src_rank) != rank) {
@@ -214,6 +226,7 @@ Status TcpTransport::Conn::name_complete() {
 
 void TcpTransport::Conn::frame_complete() {
   state = State::Header;
+  if (!identified) return owner->on_handshake_frame(this);
   if (identified && h.type != MsgType::Hello && h.type != MsgType::Bye && !closing) {
     owner->handler_->frame_done(rank, h, name);
   }
@@ -225,7 +238,13 @@ TcpTransport::TcpTransport(uv_loop_t* loop, TcpOptions options, ReceiveHandler* 
   connect_timer_.data = this;
   uv_idle_init(loop_, &idle_);
   idle_.data = this;
-  open_handles_ = 2;
+  uv_timer_init(loop_, &sweep_timer_);
+  sweep_timer_.data = this;
+  open_handles_ = 3;
+  uint64_t period = std::clamp<uint64_t>(opt_.handshake_timeout_ms / 4, 10, 250);
+  uv_timer_start(&sweep_timer_, [](uv_timer_t* t) {
+    static_cast<TcpTransport*>(t->data)->sweep_handshakes();
+  }, period, period);
 }
 
 TcpTransport::~TcpTransport() = default;
@@ -268,7 +287,11 @@ void TcpTransport::connect_all(std::vector<std::string> addresses, uint64_t time
     for (int r = 0; r < self->opt_.size; ++r) {
       if (r != self->opt_.rank && self->by_rank_[r] == nullptr) missing += " " + std::to_string(r);
     }
-    self->finish_ready({Code::Timeout, "connection set-up timed out; no link to rank(s):" + missing});
+    std::string refusal = self->last_refusal_.empty()
+                              ? ""
+                              : "; the last connection refused said: " + self->last_refusal_;
+    self->finish_ready({Code::Timeout,
+                        "connection set-up timed out; no link to rank(s):" + missing + refusal});
   }, timeout_ms, 0);
   check_ready();
 }
@@ -330,24 +353,19 @@ void TcpTransport::on_connected(Conn* c, int status) {
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
-  OutMessage hello;
-  hello.header.type = MsgType::Hello;
-  hello.name = opt_.job_id;
   c->rank = c->dial_rank;
   c->start_reading();
-  // The Hello goes out before the link is registered, so send() cannot be used.
-  auto* w = new WriteReq();
-  hello.header.src_rank = static_cast<uint32_t>(opt_.rank);
-  hello.header.cluster_version = opt_.cluster_version;
-  hello.header.name_len = static_cast<uint16_t>(hello.name.size());
-  encode_header(hello.header, w->header);
-  w->name = hello.name;
-  uv_buf_t bufs[2] = {uv_buf_init(reinterpret_cast<char*>(w->header), kHeaderSize),
-                      uv_buf_init(w->name.data(), static_cast<unsigned>(w->name.size()))};
-  w->req.data = w;
-  uv_write(&w->req, c->stream(), bufs, 2, [](uv_write_t* req, int) {
-    delete static_cast<WriteReq*>(req->data);
-  });
+  start_handshake(c);
+}
+
+void TcpTransport::start_handshake(Conn* c) {
+  HandshakeParams params{opt_.rank, opt_.size, opt_.cluster_version, opt_.job_id, opt_.secret};
+  bool dialer = c->dial_rank >= 0;
+  c->hs = std::make_unique<Handshake>(std::move(params),
+                                      dialer ? Handshake::Role::Dialer : Handshake::Role::Acceptor,
+                                      c->dial_rank);
+  c->opened_at = std::max<uint64_t>(now_ms(loop_), 1);
+  for (OutMessage& m : c->hs->start()) write(c, std::move(m));
 }
 
 void TcpTransport::on_accept() {
@@ -362,34 +380,50 @@ void TcpTransport::on_accept() {
     uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
     return;
   }
+  int pending = 0;
+  for (Conn* other : conns_) {
+    if (other->dial_rank < 0 && !other->identified && !other->closing) pending++;
+  }
+  // The new connection counts itself.
+  if (pending > opt_.max_pending_connections) {
+    log().warn("refusing a connection: {} connections are already in their handshake",
+               pending - 1);
+    c->closing = true;
+    uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
+    return;
+  }
   uv_tcp_nodelay(&c->tcp, 1);
   c->start_reading();
+  start_handshake(c);
 }
 
-void TcpTransport::on_hello(Conn* c, const FrameHeader& h, const std::string& name) {
-  int src = static_cast<int>(h.src_rank);
-  std::string who = "Hello from rank " + std::to_string(src);
-  Status bad;
-  if (name != opt_.job_id) {
-    bad = {Code::Protocol, who + " names job '" + name + "', this is job '" + opt_.job_id + "'"};
-  } else if (c->dial_rank >= 0 && src != c->dial_rank) {
-    bad = {Code::Protocol, who + " on the connection dialled to rank " + std::to_string(c->dial_rank)};
-  } else if (c->dial_rank < 0 && src <= opt_.rank) {
-    bad = {Code::Protocol, who + ": only higher ranks dial this peer"};
-  } else if (by_rank_[src] != nullptr) {
-    bad = {Code::Protocol, who + ": rank already connected"};
+void TcpTransport::on_handshake_frame(Conn* c) {
+  std::vector<OutMessage> out;
+  Status s = c->hs->on_frame(c->h, c->name, c->hs_payload, &out);
+  int src = c->hs->peer_rank();
+  if (s.is_ok() && c->hs->done() && by_rank_[src] != nullptr) {
+    s = {Code::Protocol, "Hello from rank " + std::to_string(src) + ": rank already connected"};
   }
-  if (!bad.is_ok()) return conn_failed(c, bad);
+  if (!s.is_ok()) return conn_failed(c, s);
+  for (OutMessage& m : out) write(c, std::move(m));
+  if (!c->hs->done() || c->closing) return;
+  c->hs.reset();
+  c->hs_payload = {};
   c->rank = src;
   c->identified = true;
   by_rank_[src] = c;
-  if (c->dial_rank < 0) {
-    OutMessage hello;
-    hello.header.type = MsgType::Hello;
-    hello.name = opt_.job_id;
-    send(src, std::move(hello));
-  }
   check_ready();
+}
+
+void TcpTransport::sweep_handshakes() {
+  uint64_t now = now_ms(loop_);
+  for (Conn* c : std::vector<Conn*>(conns_.begin(), conns_.end())) {
+    if (c->identified || c->closing || c->opened_at == 0) continue;
+    if (now - c->opened_at >= opt_.handshake_timeout_ms) {
+      conn_failed(c, {Code::Timeout, "handshake not finished within " +
+                                         std::to_string(opt_.handshake_timeout_ms) + " ms"});
+    }
+  }
 }
 
 void TcpTransport::check_ready() {
@@ -415,6 +449,12 @@ void TcpTransport::send(int dst, OutMessage msg) {
     if (cb) defer([cb, dst] { cb({Code::PeerLost, "no connection to rank " + std::to_string(dst)}); });
     return;
   }
+  if (int rc = write(c, std::move(msg)); rc != 0) {
+    defer([this, dst, rc] { drop(dst, uv_error("write failed", rc)); });
+  }
+}
+
+int TcpTransport::write(Conn* c, OutMessage msg) {
   auto* w = new WriteReq();
   w->name = std::move(msg.name);
   w->owned = std::move(msg.owned);
@@ -443,8 +483,8 @@ void TcpTransport::send(int dst, OutMessage msg) {
     delete w;
     // Reported from the loop, never from inside the caller's send().
     if (cb) defer([cb, rc] { cb(uv_error("write failed", rc)); });
-    defer([this, dst, rc] { drop(dst, uv_error("write failed", rc)); });
   }
+  return rc;
 }
 
 void TcpTransport::pause_reading(int src) {
@@ -483,9 +523,11 @@ void TcpTransport::conn_failed(Conn* c, const Status& why) {
   if (stopping_) return;
   if (rank < 0) {
     log().warn("dropping unidentified connection: {}", why.message());
+    last_refusal_ = why.message();
     if (c->dial_rank >= 0 && on_ready_) {
-      finish_ready({Code::Bootstrap, "connection to rank " + std::to_string(c->dial_rank) +
-                                         " failed: " + why.message()});
+      Code code = why.code() == Code::Auth ? Code::Auth : Code::Bootstrap;
+      finish_ready({code, "connection to rank " + std::to_string(c->dial_rank) + " failed: " +
+                              why.message()});
     }
     return;
   }
@@ -577,6 +619,7 @@ void TcpTransport::close_now(std::function<void()> on_closed) {
   };
   if (listening_) close_member(reinterpret_cast<uv_handle_t*>(&listener_));
   close_member(reinterpret_cast<uv_handle_t*>(&connect_timer_));
+  close_member(reinterpret_cast<uv_handle_t*>(&sweep_timer_));
   if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&idle_))) {
     // Work deferred before the stop (failed-send notices) still runs.
     run_deferred();

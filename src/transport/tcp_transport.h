@@ -1,5 +1,7 @@
 // TCP transport over libuv: one connection per peer pair (the higher rank connects to the
-// lower), each opened by a mutual Hello that states job id, rank and cluster version.
+// lower), each opened by a handshake (transport/handshake.h) that states job id, rank and
+// cluster version and, with a job secret, authenticates both ends. Connections that do not
+// finish it in time are closed, and only so many may be pending at once.
 // Frames are parsed as a stream; a payload whose destination is known is read straight
 // into it, skipping the scratch buffer.
 #pragma once
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/handshake.h"
 #include "transport/transport.h"
 
 namespace taiji {
@@ -23,6 +26,9 @@ struct TcpOptions {
   std::string job_id;
   std::string listen_host;
   FrameLimits limits;
+  std::string secret;                  // empty: connections are not authenticated
+  uint64_t handshake_timeout_ms = 10000;
+  int max_pending_connections = 64;    // accepted connections still in their handshake
 };
 
 class TcpTransport final : public Transport {
@@ -56,7 +62,10 @@ class TcpTransport final : public Transport {
   void start_connect(int rank);
   void on_connected(Conn* c, int status);
   void on_accept();
-  void on_hello(Conn* c, const FrameHeader& h, const std::string& name);
+  void on_handshake_frame(Conn* c);
+  void start_handshake(Conn* c);
+  void sweep_handshakes();
+  int write(Conn* c, OutMessage msg);
   void check_ready();
   void finish_ready(const Status& s);
   void defer(std::function<void()> fn);
@@ -69,6 +78,7 @@ class TcpTransport final : public Transport {
   uv_tcp_t listener_{};
   bool listening_ = false;
   uv_timer_t connect_timer_{};
+  uv_timer_t sweep_timer_{};           // closes connections stuck in their handshake
   uv_idle_t idle_{};
   std::vector<std::string> addresses_;
   std::vector<Conn*> by_rank_;
@@ -79,6 +89,7 @@ class TcpTransport final : public Transport {
   int open_handles_ = 0;
   bool stopping_ = false;
   uint64_t connect_deadline_ = 0;
+  std::string last_refusal_;           // why the latest handshake failed, for set-up errors
 };
 
 }  // namespace taiji

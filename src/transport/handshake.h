@@ -1,0 +1,71 @@
+// The opening exchange of a connection: which rank is on the other end, for which job and
+// cluster version, and, when the job has a secret, proof that both ends hold it. Nothing a
+// connection carries reaches the op engine before its handshake is done.
+//
+// Without a secret:  dialer -> Hello;                 acceptor -> Hello.
+// With a secret:     dialer -> Hello(nonce_d);        acceptor -> Hello(nonce_a), Auth(mac_a);
+//                    dialer -> Auth(mac_d).
+// mac_x = HMAC-SHA256(secret, "taiji-auth-1" | x | job id | cluster version | dialer rank |
+//                     acceptor rank | nonce_d | nonce_a), x = 'D' or 'A', so a MAC can be
+// neither replayed (fresh nonces from both ends) nor reflected (the role byte). MACs are
+// compared in constant time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/transport.h"
+
+namespace taiji {
+
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kMacBytes = 32;
+
+struct HandshakeParams {
+  int rank = 0;
+  int size = 1;
+  uint32_t cluster_version = 0;
+  std::string job_id;
+  std::string secret;  // empty: no authentication
+};
+
+class Handshake {
+ public:
+  enum class Role { Dialer, Acceptor };
+  // Handshake frames never carry more than this; a larger one is refused unread.
+  static constexpr uint64_t kMaxPayload = 32;
+
+  // dialled_rank: for the dialer, the rank it dialled; ignored for the acceptor.
+  Handshake(HandshakeParams params, Role role, int dialled_rank = -1);
+
+  // Frames to send as the connection opens (the dialer's Hello; nothing for the acceptor).
+  // Headers are complete: they go out before the link is registered.
+  std::vector<OutMessage> start();
+  // A frame that arrived before the handshake finished, its header checked by
+  // decode_header. Appends frames to send to *out. A non-ok status names what was wrong;
+  // the connection must then be closed.
+  Status on_frame(const FrameHeader& h, const std::string& name, const std::vector<uint8_t>& payload,
+                  std::vector<OutMessage>* out);
+  bool done() const { return state_ == State::Done; }
+  int peer_rank() const { return peer_; }
+
+ private:
+  enum class State { Start, AwaitHello, AwaitAuth, Done, Failed };
+  Status on_hello(const FrameHeader& h, const std::string& name, const std::vector<uint8_t>& payload,
+                  std::vector<OutMessage>* out);
+  Status on_auth(const std::vector<uint8_t>& payload, std::vector<OutMessage>* out);
+  OutMessage frame(MsgType type, std::vector<uint8_t> payload) const;
+  std::vector<uint8_t> mac(char role) const;
+
+  HandshakeParams p_;
+  Role role_;
+  int peer_;
+  State state_;
+  std::vector<uint8_t> nonce_d_;
+  std::vector<uint8_t> nonce_a_;
+};
+
+}  // namespace taiji

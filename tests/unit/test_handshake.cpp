@@ -1,0 +1,189 @@
+// The connection handshake as a pure exchange of frames: completion with and without a job
+// secret, and refusal of every wrong secret, replay, reflection and out-of-order frame.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "transport/handshake.h"
+
+using namespace taiji;
+
+namespace {
+
+const std::string kSecret = "0123456789abcdef0123456789abcdef";
+
+HandshakeParams params(int rank, std::string secret, std::string job = "job") {
+  HandshakeParams p;
+  p.rank = rank;
+  p.size = 4;
+  p.cluster_version = 7;
+  p.job_id = std::move(job);
+  p.secret = std::move(secret);
+  return p;
+}
+
+// Delivers every frame in `frames` to `to`; returns the first error, and what `to` sends back.
+Status deliver(Handshake& to, const std::vector<OutMessage>& frames, std::vector<OutMessage>* replies) {
+  for (const OutMessage& m : frames) {
+    Status s = to.on_frame(m.header, m.name, m.owned, replies);
+    if (!s.is_ok()) return s;
+  }
+  return {};
+}
+
+struct Pair {
+  Handshake dialer;
+  Handshake acceptor;
+  Status dialer_status;
+  Status acceptor_status;
+};
+
+// Runs the whole exchange between a dialer of rank 3 and an acceptor of rank 1.
+void run(Pair& p) {
+  std::vector<OutMessage> to_acceptor = p.dialer.start();
+  for (int round = 0; round < 4 && !to_acceptor.empty(); ++round) {
+    std::vector<OutMessage> to_dialer;
+    p.acceptor_status = deliver(p.acceptor, to_acceptor, &to_dialer);
+    if (!p.acceptor_status.is_ok()) return;
+    to_acceptor.clear();
+    p.dialer_status = deliver(p.dialer, to_dialer, &to_acceptor);
+    if (!p.dialer_status.is_ok()) return;
+  }
+}
+
+Pair handshake_pair(const std::string& dialer_secret, const std::string& acceptor_secret) {
+  return Pair{Handshake(params(3, dialer_secret), Handshake::Role::Dialer, 1),
+              Handshake(params(1, acceptor_secret), Handshake::Role::Acceptor), {}, {}};
+}
+
+}  // namespace
+
+TEST_CASE("handshake: without a secret, one Hello each way", "[handshake]") {
+  Pair p = handshake_pair("", "");
+  std::vector<OutMessage> hello = p.dialer.start();
+  REQUIRE(hello.size() == 1);
+  CHECK(hello[0].header.type == MsgType::Hello);
+  CHECK(hello[0].owned.empty());
+  std::vector<OutMessage> reply;
+  REQUIRE(deliver(p.acceptor, hello, &reply).is_ok());
+  REQUIRE(reply.size() == 1);
+  CHECK(p.acceptor.done());
+  CHECK(p.acceptor.peer_rank() == 3);
+  std::vector<OutMessage> none;
+  REQUIRE(deliver(p.dialer, reply, &none).is_ok());
+  CHECK(none.empty());
+  CHECK(p.dialer.done());
+  CHECK(p.dialer.peer_rank() == 1);
+}
+
+TEST_CASE("handshake: with the same secret both ends authenticate", "[handshake]") {
+  Pair p = handshake_pair(kSecret, kSecret);
+  run(p);
+  REQUIRE(p.dialer_status.is_ok());
+  REQUIRE(p.acceptor_status.is_ok());
+  CHECK(p.dialer.done());
+  CHECK(p.acceptor.done());
+}
+
+TEST_CASE("handshake: a different or missing secret is refused", "[handshake]") {
+  SECTION("different secrets: the dialer refuses the acceptor's proof") {
+    Pair p = handshake_pair(kSecret, "another secret of 32 bytes......");
+    run(p);
+    CHECK(p.dialer_status.code() == Code::Auth);
+    CHECK_FALSE(p.dialer.done());
+    CHECK_FALSE(p.acceptor.done());
+  }
+  SECTION("the dialer has none") {
+    Pair p = handshake_pair("", kSecret);
+    run(p);
+    CHECK(p.acceptor_status.code() == Code::Auth);
+    CHECK(p.acceptor_status.message().find("offers no authentication") != std::string::npos);
+    CHECK_FALSE(p.acceptor.done());
+  }
+  SECTION("the acceptor has none") {
+    Pair p = handshake_pair(kSecret, "");
+    run(p);
+    CHECK(p.acceptor_status.code() == Code::Auth);
+    CHECK_FALSE(p.acceptor.done());
+  }
+}
+
+TEST_CASE("handshake: an attacker cannot replay or reflect proofs", "[handshake]") {
+  // A genuine exchange, recorded.
+  Handshake d1(params(3, kSecret), Handshake::Role::Dialer, 1);
+  Handshake a1(params(1, kSecret), Handshake::Role::Acceptor);
+  std::vector<OutMessage> hello = d1.start();
+  std::vector<OutMessage> from_a1;
+  REQUIRE(deliver(a1, hello, &from_a1).is_ok());
+  std::vector<OutMessage> from_d1;
+  REQUIRE(deliver(d1, from_a1, &from_d1).is_ok());
+  REQUIRE(from_d1.size() == 1);
+  REQUIRE(from_d1[0].header.type == MsgType::Auth);
+
+  SECTION("replaying the recorded dialer frames to a new acceptor") {
+    Handshake a2(params(1, kSecret), Handshake::Role::Acceptor);
+    std::vector<OutMessage> ignored;
+    REQUIRE(deliver(a2, hello, &ignored).is_ok());  // fresh nonce from a2
+    Status s = deliver(a2, from_d1, &ignored);
+    CHECK(s.code() == Code::Auth);
+    CHECK_FALSE(a2.done());
+  }
+  SECTION("reflecting the acceptor's own proof back to it") {
+    Handshake a2(params(1, kSecret), Handshake::Role::Acceptor);
+    std::vector<OutMessage> from_a2;
+    REQUIRE(deliver(a2, hello, &from_a2).is_ok());
+    REQUIRE(from_a2.size() == 2);
+    std::vector<OutMessage> reflected{std::move(from_a2[1])};
+    std::vector<OutMessage> ignored;
+    CHECK(deliver(a2, reflected, &ignored).code() == Code::Auth);
+  }
+}
+
+TEST_CASE("handshake: frames out of place are protocol errors", "[handshake]") {
+  std::vector<OutMessage> ignored;
+  SECTION("Auth before Hello") {
+    Handshake a(params(1, kSecret), Handshake::Role::Acceptor);
+    OutMessage auth;
+    auth.header.type = MsgType::Auth;
+    auth.header.src_rank = 3;
+    auth.name = "job";
+    auth.owned.assign(kMacBytes, 0);
+    CHECK(a.on_frame(auth.header, auth.name, auth.owned, &ignored).code() == Code::Protocol);
+  }
+  SECTION("a second Hello after the first") {
+    Handshake d(params(3, kSecret), Handshake::Role::Dialer, 1);
+    Handshake a(params(1, kSecret), Handshake::Role::Acceptor);
+    std::vector<OutMessage> hello = d.start();
+    REQUIRE(deliver(a, hello, &ignored).is_ok());
+    CHECK(deliver(a, hello, &ignored).code() == Code::Protocol);
+  }
+  SECTION("a Hello naming another job") {
+    Handshake d(params(3, "", "other"), Handshake::Role::Dialer, 1);
+    Handshake a(params(1, ""), Handshake::Role::Acceptor);
+    Status s = deliver(a, d.start(), &ignored);
+    CHECK(s.code() == Code::Protocol);
+    CHECK(s.message().find("names job 'other'") != std::string::npos);
+  }
+  SECTION("a Hello from a lower rank on an accepted connection") {
+    Handshake d(params(0, ""), Handshake::Role::Dialer, 1);
+    Handshake a(params(1, ""), Handshake::Role::Acceptor);
+    CHECK(deliver(a, d.start(), &ignored).code() == Code::Protocol);
+  }
+  SECTION("the dialled rank answered as another rank") {
+    Handshake d(params(3, ""), Handshake::Role::Dialer, 1);
+    Handshake a(params(2, ""), Handshake::Role::Acceptor);
+    std::vector<OutMessage> reply;
+    REQUIRE(deliver(a, d.start(), &reply).is_ok());
+    CHECK(deliver(d, reply, &ignored).code() == Code::Protocol);
+  }
+  SECTION("nothing is accepted after a failure") {
+    Handshake d(params(3, kSecret), Handshake::Role::Dialer, 1);
+    Handshake a(params(1, ""), Handshake::Role::Acceptor);
+    std::vector<OutMessage> hello = d.start();
+    CHECK_FALSE(deliver(a, hello, &ignored).is_ok());
+    Handshake d2(params(3, ""), Handshake::Role::Dialer, 1);
+    CHECK_FALSE(deliver(a, d2.start(), &ignored).is_ok());
+    CHECK_FALSE(a.done());
+  }
+}
