@@ -36,4 +36,11 @@ bool NameTable::is_past(const std::string& name, uint64_t version) const {
   return version <= it->second.ended_max && it->second.in_flight.count(version) == 0;
 }
 
+bool NameTable::posted(const std::string& name, uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = names_.find(name);
+  if (it == names_.end()) return false;
+  return version <= it->second.ended_max || it->second.in_flight.count(version) != 0;
+}
+
 }  // namespace taiji

@@ -23,6 +23,8 @@ class NameTable {
   void release(const std::string& name, uint64_t version);
   // A message for (name, version) concerns an op that ended here and is not in flight.
   bool is_past(const std::string& name, uint64_t version) const;
+  // This peer has posted (name, version): it is in flight or ended (or was skipped over).
+  bool posted(const std::string& name, uint64_t version) const;
 
  private:
   struct Entry {

@@ -74,6 +74,9 @@ struct OpEngine::Active {
   bool finished = false;
   Status failure;
   uint64_t failed_at = 0;
+  uint64_t started = 0;
+  std::vector<int8_t> posted_at;             // stall watchdog, per rank: -1 unknown, 0 no, 1 yes
+  bool stall_asked = false;
 
   OpKind kind() const { return op->spec().kind; }
   std::string title() const { return op_title(kind(), key.first, key.second); }
@@ -111,7 +114,8 @@ void OpEngine::start(PostedOp posted) {
   op->request = std::move(posted.request);
   op->finish_hook = std::move(posted.finish_hook);
   op->timeout_ms = posted.timeout_ms;
-  op->deadline = uv_now(loop_) + posted.timeout_ms;
+  op->started = uv_now(loop_);
+  op->deadline = op->started + posted.timeout_ms;
   op->ready_from.assign(opt_.size, false);
   op->held.resize(opt_.size);
   op->writes_to.assign(opt_.size, 0);
@@ -363,6 +367,10 @@ Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& 
     *target = rx_abort_[src].data();
     return {};
   }
+  if (h.type == MsgType::Query || h.type == MsgType::Answer) {
+    if (h.payload_len != 0) return {Code::Protocol, "Query/Answer frame with a payload"};
+    return {};
+  }
   if (h.type != MsgType::Data) return {Code::Protocol, "unexpected frame type"};
   auto it = ops_.find(key);
   if (it != ops_.end()) {
@@ -412,6 +420,12 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
         early_[key].readies.push_back(h);
         charge_early(src, kEarlyItemCost);
       }
+      return;
+    case MsgType::Query:
+      answer_query(src, h, name);
+      return;
+    case MsgType::Answer:
+      if (op != nullptr) on_answer(*op, src, h.chunk != 0);
       return;
     case MsgType::Abort: {
       int64_t code = -static_cast<int64_t>(h.chunk);
@@ -508,6 +522,53 @@ void OpEngine::fail_all(const Status& why) {
   for (const Key& key : early_keys) discard_early(key);
 }
 
+void OpEngine::ask_stalled(Active& op) {
+  op.stall_asked = true;
+  op.posted_at.assign(opt_.size, -1);
+  op.posted_at[opt_.rank] = 1;
+  for (int r = 0; r < opt_.size; ++r) {
+    if (r == opt_.rank) continue;
+    if (departed_[r]) {
+      op.posted_at[r] = 0;
+      continue;
+    }
+    OutMessage m;
+    m.header = header_for(op, MsgType::Query);
+    m.name = op.key.first;
+    transport_->send(r, std::move(m));
+  }
+  if (opt_.size == 1) on_answer(op, opt_.rank, true);
+}
+
+void OpEngine::answer_query(int src, const FrameHeader& h, const std::string& name) {
+  OutMessage m;
+  m.header.type = MsgType::Answer;
+  m.header.op_kind = h.op_kind;
+  m.header.op_version = h.op_version;
+  m.header.chunk = names_->posted(name, h.op_version) ? 1 : 0;
+  m.name = name;
+  transport_->send(src, std::move(m));
+}
+
+void OpEngine::on_answer(Active& op, int src, bool posted) {
+  if (!op.stall_asked || op.failed || op.posted_at[src] != -1) return;
+  op.posted_at[src] = posted ? 1 : 0;
+  std::vector<int> missing;
+  for (int r = 0; r < opt_.size; ++r) {
+    if (op.posted_at[r] == -1) return;
+    if (op.posted_at[r] == 0) missing.push_back(r);
+  }
+  uint64_t age = uv_now(loop_) - op.started;
+  if (!missing.empty()) {
+    log().warn("stall: {} posted here {} ms ago; rank(s) {} have not posted it", op.title(), age,
+               rank_list(missing));
+    return;
+  }
+  auto waiting = op.op->waiting_on();
+  log().warn("stall: {} posted here {} ms ago is posted on every rank; waiting for data from "
+             "rank(s) {}", op.title(), age, waiting.empty() ? "none" : rank_list(waiting));
+}
+
 Status OpEngine::describe_timeout(const Active& op) const {
   std::string s = op.title() + " timed out after " + std::to_string(op.timeout_ms) + " ms";
   auto waiting = op.op->waiting_on();
@@ -517,6 +578,11 @@ Status OpEngine::describe_timeout(const Active& op) const {
     if (!op.held[r].empty()) unready.push_back(r);
   }
   if (!unready.empty()) s += "; rank(s) " + rank_list(unready) + " never posted it";
+  std::vector<int> unposted;
+  for (int r = 0; op.stall_asked && r < opt_.size; ++r) {
+    if (op.posted_at[r] == 0) unposted.push_back(r);
+  }
+  if (!unposted.empty()) s += "; rank(s) " + rank_list(unposted) + " had not posted it when asked";
   return {Code::Timeout, s};
 }
 
@@ -528,6 +594,10 @@ void OpEngine::tick() {
     auto it = ops_.find(key);
     if (it == ops_.end()) continue;
     Active& op = *it->second;
+    if (!op.failed && !op.stall_asked && opt_.stall_warn_ms > 0 &&
+        now >= op.started + opt_.stall_warn_ms) {
+      ask_stalled(op);
+    }
     if (!op.failed && now >= op.deadline) {
       Status why = describe_timeout(op);
       log().warn("{}", why.message());

@@ -26,6 +26,9 @@ struct EngineOptions {
   int size = 1;
   uint64_t eager_bytes = 64 << 10;
   uint64_t unexpected_bytes = 64ull << 20;
+  // An op still running this long after it was posted here asks every rank whether it has
+  // posted it, and logs the ranks that have not; 0: off.
+  uint64_t stall_warn_ms = 10000;
 };
 
 struct PostedOp {
@@ -96,6 +99,10 @@ class OpEngine final : public ReceiveHandler {
   void maybe_finish(Active& op);
   void release_early_bytes(uint64_t bytes);
   Status describe_timeout(const Active& op) const;
+  // The stall watchdog: ask, answer, and report once every answer is in.
+  void ask_stalled(Active& op);
+  void answer_query(int src, const FrameHeader& h, const std::string& name);
+  void on_answer(Active& op, int src, bool posted);
   FrameHeader header_for(const Active& op, MsgType type) const;
 
   uv_loop_t* loop_;

@@ -38,6 +38,7 @@ Peer::Peer(const Config& config) : config_(config) {
   eo.size = config_.size;
   eo.eager_bytes = config_.eager_bytes;
   eo.unexpected_bytes = config_.unexpected_bytes;
+  eo.stall_warn_ms = static_cast<uint64_t>(config_.stall_warn_ms);
   engine_ = std::make_unique<OpEngine>(&loop_, eo, &names_);
   engine_->set_fatal_handler([this](const Status& s) { set_error(s); });
   TcpOptions to;
