@@ -30,6 +30,11 @@ const char kUsage[] =
     "  --job-id ID       TAIJI_JOB_ID (default: job-<pid>-<time>)\n"
     "  --timeout SECS    stop the job after SECS seconds and exit with code 124\n"
     "  --no-tag          pass output lines through without the rank prefix\n"
+    "  --secret          generate a random job secret for this job (single host): ranks get\n"
+    "                    TAIJI_SECRET_FILE naming an owner-only file removed at exit, and\n"
+    "                    every connection between them is authenticated\n"
+    "  --secret-file F   every rank authenticates with the secret in F (TAIJI_SECRET_FILE);\n"
+    "                    for multi-host jobs, F must hold the same secret on every host\n"
     "  -h, --help        print this help\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -121,6 +126,11 @@ Options parse_run_options(int argc, char** argv) {
       }
     } else if (arg == "--no-tag") {
       o.tag = false;
+    } else if (arg == "--secret") {
+      o.generate_secret = true;
+    } else if (is(arg, "--secret-file")) {
+      o.secret_file = value(arg, "--secret-file");
+      if (o.secret_file.empty()) usage_error("--secret-file must not be empty");
     } else if (arg.size() > 1 && arg[0] == '-') {
       usage_error("unknown option '" + arg + "'");
     } else {
@@ -129,7 +139,14 @@ Options parse_run_options(int argc, char** argv) {
   }
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
   if (o.command.empty()) usage_error("no program given");
+  if (o.generate_secret && !o.secret_file.empty()) {
+    usage_error("--secret and --secret-file exclude each other");
+  }
   if (have_hosts) {
+    if (o.generate_secret) {
+      usage_error("--secret generates a secret on one host only; with --hosts, give every "
+                  "host the same --secret-file");
+    }
     if (o.self.empty()) usage_error("--hosts needs --self (this host's entry)");
     long sum = 0;
     int matches = 0;

@@ -19,6 +19,8 @@ struct Options {
   std::string job_id;
   double timeout_s = 0;
   bool tag = true;
+  bool generate_secret = false;  // --secret: a fresh job secret (single host)
+  std::string secret_file;       // --secret-file: TAIJI_SECRET_FILE for every rank
   std::vector<std::string> command;
 };
 

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -251,6 +252,45 @@ bool Launcher::spawn(int rank, int local_rank, int local_size, const std::string
   return true;
 }
 
+// A job secret made for one run: 32 random bytes, hex, in an owner-only temporary file
+// (mkstemp creates it 0600) that is removed when the launcher exits.
+class JobSecret {
+ public:
+  // Empty path() and a message in error() when it could not be made.
+  JobSecret() {
+    const char* dir = std::getenv("TMPDIR");
+    std::string templ = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") +
+                        "/taiji-secret-XXXXXX";
+    int fd = mkstemp(templ.data());
+    if (fd < 0) {
+      error_ = "cannot create a secret file in " + templ + ": " + std::strerror(errno);
+      return;
+    }
+    path_ = templ;
+    unsigned char raw[32];
+    std::string hex;
+    bool ok = getrandom(raw, sizeof(raw), 0) == static_cast<ssize_t>(sizeof(raw));
+    for (unsigned char b : raw) {
+      const char* digits = "0123456789abcdef";
+      hex += digits[b >> 4];
+      hex += digits[b & 15];
+    }
+    hex += '\n';
+    ok = ok && write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
+    close(fd);
+    if (!ok) error_ = "cannot write the secret file " + path_ + ": " + std::strerror(errno);
+  }
+  ~JobSecret() {
+    if (!path_.empty()) unlink(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  std::string error_;
+};
+
 int Launcher::run() {
   auto path = find_program(opts_.command[0]);
   if (!path) {
@@ -309,6 +349,17 @@ int Launcher::run() {
   vars["TAIJI_JOB_ID"] = !opts_.job_id.empty() ? opts_.job_id
                                                : "job-" + std::to_string(getpid()) + "-" +
                                                      std::to_string(std::time(nullptr));
+  std::optional<JobSecret> secret;
+  if (opts_.generate_secret) {
+    secret.emplace();
+    if (!secret->error().empty()) {
+      say(secret->error());
+      return 1;
+    }
+    vars["TAIJI_SECRET_FILE"] = secret->path();
+  } else if (!opts_.secret_file.empty()) {
+    vars["TAIJI_SECRET_FILE"] = opts_.secret_file;
+  }
   // A single-host job respects an explicit choice (e.g. an interface for a container);
   // with --hosts the address other hosts reach this one at is --self by definition.
   if (!opts_.hosts.empty() || std::getenv("TAIJI_LISTEN_HOST") == nullptr) {

@@ -526,8 +526,14 @@ void TcpTransport::conn_failed(Conn* c, const Status& why) {
     last_refusal_ = why.message();
     if (c->dial_rank >= 0 && on_ready_) {
       Code code = why.code() == Code::Auth ? Code::Auth : Code::Bootstrap;
-      finish_ready({code, "connection to rank " + std::to_string(c->dial_rank) + " failed: " +
-                              why.message()});
+      std::string what = why.message();
+      // The acceptor refuses a handshake by closing: its own log says why.
+      if (c->hs != nullptr && why.code() == Code::PeerLost) {
+        what = "it closed the connection during the handshake (a job secret on one side only, "
+               "another job id, or another library version; rank " +
+               std::to_string(c->dial_rank) + "'s log says which): " + what;
+      }
+      finish_ready({code, "connection to rank " + std::to_string(c->dial_rank) + " failed: " + what});
     }
     return;
   }
