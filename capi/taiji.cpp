@@ -368,6 +368,10 @@ uint64_t taiji_request_topology_digest(const taiji_request_t* request) {
   return request ? request->state->topology_digest() : 0;
 }
 
+const char* taiji_request_error(const taiji_request_t* request) {
+  return request ? request->state->error_text() : "";
+}
+
 uint64_t taiji_request_version(const taiji_request_t* request) {
   return request ? request->state->version() : 0;
 }

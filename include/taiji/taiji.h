@@ -328,6 +328,10 @@ TAIJI_API taiji_status_t taiji_request_wait(taiji_request_t *request, int64_t ti
  * for taiji_set_topology, of the topology in force after it. Never blocks. */
 TAIJI_API uint64_t taiji_request_topology_digest(const taiji_request_t *request);
 
+/* Text of the op's error once it failed (it names the ranks and fields involved); "" while
+ * it runs or when it succeeded. Valid as long as the request. Never NULL, never blocks. */
+TAIJI_API const char *taiji_request_error(const taiji_request_t *request);
+
 /* The op's version (useful with automatic versions). Never blocks. */
 TAIJI_API uint64_t taiji_request_version(const taiji_request_t *request);
 

@@ -12,6 +12,9 @@ namespace {
 // A failed op whose buffers are still in the transport's hands after this long has its
 // links dropped, so the caller's request can complete and release the buffers.
 constexpr uint64_t kStuckFailureMs = 1000;
+// After a timeout the op has already waited its whole deadline for these links: a peer
+// still not taking (or giving) its data is the unresponsive one, so cut sooner.
+constexpr uint64_t kStuckTimeoutMs = 250;
 constexpr uint64_t kMaxAbortReason = 4096;
 // What one held early item costs against the early-arrival cap beyond its payload, so
 // that a flood of empty frames for unposted ops is bounded too.
@@ -74,6 +77,7 @@ struct OpEngine::Active {
   bool finished = false;
   Status failure;
   uint64_t failed_at = 0;
+  uint64_t stuck_after = kStuckFailureMs;
   uint64_t started = 0;
   std::vector<int8_t> posted_at;             // stall watchdog, per rank: -1 unknown, 0 no, 1 yes
   bool stall_asked = false;
@@ -601,11 +605,12 @@ void OpEngine::tick() {
     if (!op.failed && now >= op.deadline) {
       Status why = describe_timeout(op);
       log().warn("{}", why.message());
+      op.stuck_after = kStuckTimeoutMs;
       fail(op, why);
       maybe_finish(op);
       continue;
     }
-    if (op.failed && now >= op.failed_at + kStuckFailureMs) {
+    if (op.failed && now >= op.failed_at + op.stuck_after) {
       for (int r = 0; r < opt_.size; ++r) {
         if (op.writes_to[r] > 0 || rx_op_[r] == &op) {
           transport_->drop(r, {Code::Timeout, "rank " + std::to_string(r) +

@@ -35,4 +35,9 @@ bool RequestState::wait_for(int64_t timeout_ms, Status* out) const {
   return true;
 }
 
+const char* RequestState::error_text() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_ ? status_.message().c_str() : "";
+}
+
 }  // namespace taiji

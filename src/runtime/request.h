@@ -26,6 +26,8 @@ class RequestState {
   // Waits up to timeout_ms (negative: no limit); true if completed.
   bool wait_for(int64_t timeout_ms, Status* out) const;
   uint64_t version() const { return version_; }
+  // The final status's message once completed, "" before; stable from then on.
+  const char* error_text() const;
   // Digest of the graphs the op runs on (0 until it started).
   uint64_t topology_digest() const { return topology_digest_; }
   void set_topology_digest(uint64_t d) { topology_digest_ = d; }

@@ -294,3 +294,30 @@ TEST_CASE("api: option and config structs from older callers", "[api]") {
   failures.add_all(lines);
   check_no_failures(failures);
 }
+
+TEST_CASE("api: a failed async op's error text", "[api]") {
+  Failures failures;
+  auto lines = run_peers(2, [&](taiji_peer_t* peer, int rank) {
+    // Rank 1 never posts "lonely": rank 0's op times out, and its request says so.
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      return;
+    }
+    float x = 1;
+    taiji_op_options_t opt = op_options(300);
+    taiji_request_t* req = nullptr;
+    failures.expect_status(rank, "post", taiji_allreduce(peer, "lonely", &x, &x, 1, TAIJI_F32, TAIJI_SUM, &opt, &req),
+                           TAIJI_OK);
+    if (req == nullptr) return;
+    failures.expect(rank, std::string(taiji_request_error(req)).empty(), "error text before completion");
+    failures.expect_status(rank, "wait", taiji_request_wait(req, 20000), TAIJI_ERR_TIMEOUT);
+    std::string text = taiji_request_error(req);
+    failures.expect(rank, text.find("'lonely' version 1 timed out after 300 ms") != std::string::npos &&
+                              text.find("rank(s) 1") != std::string::npos,
+                    "error text: " + text);
+    taiji_request_free(req);
+  });
+  failures.add_all(lines);
+  CHECK(taiji_request_error(nullptr) == std::string());
+  check_no_failures(failures);
+}
