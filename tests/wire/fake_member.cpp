@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <future>
+
 #include "live_peers.h"
 #include "runtime/rendezvous.h"
 #include "transport/handshake.h"
@@ -65,6 +67,23 @@ taiji::Status FakeMember::await(taiji::MsgType type, const std::string& name, ui
     const taiji::FrameHeader& h = out->header;
     if (h.type == type && out->name == name && h.op_version == version) return {};
   }
+}
+
+std::string start_with_fake(const taiji::Config& explicit0, const std::string& secret,
+                            FakeMember* fake, std::unique_ptr<taiji::Peer>* rank0) {
+  auto resolved = resolve(explicit0);
+  if (!resolved.is_ok()) return "config: " + resolved.status().message();
+  taiji::Config c = resolved.value();
+  auto created = std::async(std::launch::async, [c] { return taiji::Peer::create(c); });
+  std::string error = fake->dial(c.rendezvous, c.job_id);
+  taiji::Status hs;
+  if (error.empty()) hs = fake->handshake(c.job_id, secret, after_ms(10000));
+  auto peer = created.get();  // bounded by rank 0's own init timeout
+  if (!error.empty()) return error;
+  if (!hs.is_ok()) return "handshake: " + hs.message();
+  if (!peer.is_ok()) return "rank 0: " + peer.status().message();
+  *rank0 = std::move(peer.value());
+  return {};
 }
 
 taiji::FrameLimits member_limits() {

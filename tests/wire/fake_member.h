@@ -3,11 +3,14 @@
 // whatever frames a test builds and reads what rank 0 sends back.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "raw_socket.h"
+#include "runtime/config.h"
+#include "runtime/peer.h"
 #include "transport/frame.h"
 
 namespace wire {
@@ -35,6 +38,11 @@ class FakeMember {
   int listener_ = -1;
   RawSocket sock_;
 };
+
+// Starts rank 0 from `explicit0` (resolved without the environment) while `fake` joins
+// it as rank 1 (with `secret`, or none). Empty on success, else why not.
+std::string start_with_fake(const taiji::Config& explicit0, const std::string& secret,
+                            FakeMember* fake, std::unique_ptr<taiji::Peer>* rank0);
 
 // What rank 1 accepts from rank 0: every field checked, names and payloads generous.
 taiji::FrameLimits member_limits();

@@ -95,6 +95,21 @@ bool RawSocket::send_all(const std::vector<uint8_t>& bytes) {
   return true;
 }
 
+bool RawSocket::send_all(const std::vector<uint8_t>& bytes, Clock::time_point deadline) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    pollfd p{fd_, POLLOUT, 0};
+    int rc = poll(&p, 1, ms_left(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) return false;
+    ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 void RawSocket::shutdown_write() { ::shutdown(fd_, SHUT_WR); }
 
 bool RawSocket::read_exact(void* out, size_t n, Clock::time_point deadline) {

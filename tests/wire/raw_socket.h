@@ -34,6 +34,9 @@ class RawSocket {
   bool valid() const { return fd_ >= 0; }
   // Sends every byte; false when the peer closed or reset the connection first.
   bool send_all(const std::vector<uint8_t>& bytes);
+  // The same, but also false when the peer stopped reading and the bytes did not fit
+  // before the deadline.
+  bool send_all(const std::vector<uint8_t>& bytes, Clock::time_point deadline);
   // Half-close: the peer reads EOF, and this side can still see how it reacts.
   void shutdown_write();
   void close();

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <future>
 #include <string>
 #include <vector>
 
@@ -39,24 +38,6 @@ std::vector<uint8_t> bytes_of(const float* v, size_t n) {
 }
 
 std::vector<uint8_t> theirs() { return bytes_of(kTheirs.data(), kTheirs.size()); }
-
-// Starts rank 0 from `explicit0` and lets `fake` join as rank 1 (with `secret`, or none).
-std::string join(const Config& explicit0, const std::string& secret, FakeMember* fake,
-                 std::unique_ptr<Peer>* victim) {
-  auto resolved = resolve(explicit0);
-  if (!resolved.is_ok()) return "config: " + resolved.status().message();
-  Config c = resolved.value();
-  auto created = std::async(std::launch::async, [c] { return Peer::create(c); });
-  std::string error = fake->dial(c.rendezvous, c.job_id);
-  Status hs;
-  if (error.empty()) hs = fake->handshake(c.job_id, secret, after_ms(kBoundMs));
-  auto peer = created.get();  // bounded by rank 0's own init timeout
-  if (!error.empty()) return error;
-  if (!hs.is_ok()) return "handshake: " + hs.message();
-  if (!peer.is_ok()) return "rank 0: " + peer.status().message();
-  *victim = std::move(peer.value());
-  return {};
-}
 
 // Posts "w" on rank 0 (input kMine into *out) and reads the Ready it sends rank 1.
 std::string post(Peer& victim, FakeMember& fake, std::array<float, 2>* out,
@@ -228,7 +209,7 @@ LinkRun link_fault_once(const Rendezvous& rv, const std::string& job, LogCapture
   std::array<float, 2> out{};
   FakeMember fake;
   std::unique_ptr<Peer> victim;
-  run.wrong = join(base_config(0, rv.address, job), "", &fake, &victim);
+  run.wrong = start_with_fake(base_config(0, rv.address, job), "", &fake, &victim);
   if (!run.wrong.empty()) return run;
   std::shared_ptr<RequestState> request;
   Frame ready;
@@ -272,7 +253,7 @@ TEST_CASE("member: the fake rank 1 completes a valid allreduce", "[member]") {
   std::array<float, 2> out{};
   FakeMember fake;
   std::unique_ptr<Peer> victim;
-  error = join(base_config(0, rv.address, "wire-member-valid"), "", &fake, &victim);
+  error = start_with_fake(base_config(0, rv.address, "wire-member-valid"), "", &fake, &victim);
   INFO(error);
   REQUIRE(error.empty());
   for (int i = 0; i < 3; ++i) {
@@ -293,7 +274,7 @@ TEST_CASE("member: faults inside a well-formed frame fail the op and keep the li
       std::array<float, 2> out{};
       FakeMember fake;
       std::unique_ptr<Peer> victim;
-      error = join(base_config(0, rv.address, "wire-member"), "", &fake, &victim);
+      error = start_with_fake(base_config(0, rv.address, "wire-member"), "", &fake, &victim);
       INFO(error);
       REQUIRE(error.empty());
       size_t before = 0;
