@@ -35,6 +35,13 @@ FrameHeader data_header() {
 std::vector<uint8_t> header_only(const FrameHeader& h) { return raw_frame(h); }
 
 template <typename Edit>
+std::vector<uint8_t> data_frame(Edit edit) {
+  FrameHeader h = data_header();
+  edit(h);
+  return frame(h, "w", std::vector<uint8_t>(8, 0));
+}
+
+template <typename Edit>
 std::vector<uint8_t> edited_hello(Edit edit) {
   FrameHeader h = hello_header();
   h.name_len = static_cast<uint16_t>(std::string(kJob).size());
@@ -80,6 +87,16 @@ std::vector<Attack> immediate_attacks() {
        "payload_len 18446744073709551615 exceeds cap 1048576"},
       {"Data frame with an unknown dtype", frame(bad_dtype, "w", garbage(8)), "bad dtype 200"},
       {"Data frame with an unknown redop", frame(bad_redop, "w", garbage(8)), "bad redop 200"},
+      {"Data frame with an unknown op kind", data_frame([](FrameHeader& h) { h.op_kind = static_cast<OpKind>(9); }),
+       "bad op_kind 9"},
+      {"Data frame without an op kind", data_frame([](FrameHeader& h) { h.op_kind = OpKind::None; }),
+       "op_kind 0 in a Data frame"},
+      {"Data frame with stage 2", data_frame([](FrameHeader& h) { h.stage = 2; }), "bad stage 2"},
+      {"Data frame with root = world size", data_frame([](FrameHeader& h) { h.root = 2; }),
+       "root 2 not below world_size 2"},
+      {"Data payload not a whole number of elements", frame(data_header(), "w", garbage(7)),
+       "payload_len 7 not a multiple of dtype size 4 (f32)"},
+      {"Data frame without a name", frame(data_header(), "", garbage(8)), "name_len 0 in a Data frame"},
       {"src_rank = world size", hello(kJob, 2), "src_rank 2 not below world_size 2"},
       {"src_rank 2^32-1", hello(kJob, 0xFFFFFFFF), "src_rank 4294967295 not below world_size 2"},
       {"stale cluster version", edited_hello([](FrameHeader& h) { h.cluster_version = 0; }),

@@ -1,7 +1,8 @@
-// Where the runtime does not yet meet the reliability goal ("buffered bytes are capped and
-// checked"): a member that completed the handshake can make rank 0 hold far more memory
-// than TAIJI_UNEXPECTED_BYTES, or hold memory without any cap at all. Each test states
-// the bound it expects and prints what it measured. They carry the hidden tag
+// Where the runtime does not yet meet the reliability goal: a member that completed the
+// handshake can make rank 0 hold far more memory than TAIJI_UNEXPECTED_BYTES, or hold
+// memory without any cap at all ("buffered bytes are capped and checked"), and a member
+// that stops reading keeps rank 0 from ever being destroyed ("destroyed promptly"). Each
+// test states the bound it expects and prints what it measured. They carry the hidden tag
 // [.wire-open] and are not registered with meson until the runtime meets them; run them
 // with `taiji-wire-tests "[.wire-open]"`.
 #include <catch2/catch.hpp>
