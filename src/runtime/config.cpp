@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <string_view>
 #include <utility>
 
+#include "topology/strategies.h"
 #include "topology/text.h"
 
 namespace taiji {
@@ -432,8 +434,12 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
   }
   if (!c.topology.empty()) {
     // Host-aware shapes are rebuilt once the hosts are known; this checks the text.
-    auto parsed = parse_topology(c.topology, c.size, {});
-    if (!parsed.is_ok()) return config_error("topology " + topo_src + ": " + parsed.status().message());
+    // A built-in name is only checked: building it for a large world costs n^2.
+    const auto& names = strategy_names();
+    if (std::find(names.begin(), names.end(), c.topology) == names.end()) {
+      auto parsed = parse_topology(c.topology, c.size, {});
+      if (!parsed.is_ok()) return config_error("topology " + topo_src + ": " + parsed.status().message());
+    }
   }
   if (!one_of(c.log_level, kLogLevels)) {
     return config_error("log level " + level_src + " is not one of " + join(kLogLevels));

@@ -16,9 +16,14 @@ constexpr uint64_t kStuckFailureMs = 1000;
 // still not taking (or giving) its data is the unresponsive one, so cut sooner.
 constexpr uint64_t kStuckTimeoutMs = 250;
 constexpr uint64_t kMaxAbortReason = 4096;
-// What one held early item costs against the early-arrival cap beyond its payload, so
-// that a flood of empty frames for unposted ops is bounded too.
+// What one held early item costs against the early-arrival cap beyond its payload and
+// its op's name, so that a flood of empty frames for unposted ops is bounded too.
 constexpr uint64_t kEarlyItemCost = 128;
+// Answers to a rank's stall Queries are skipped while this much is already queued for it:
+// a rank that asks without reading cannot make this peer queue without bound.
+constexpr uint64_t kMaxQueuedForAnswer = 64 << 10;
+
+uint64_t item_cost(const std::string& name) { return kEarlyItemCost + name.size(); }
 
 std::string kind_name(OpKind k) {
   switch (k) {
@@ -161,8 +166,8 @@ void OpEngine::begin(Active& op) {
     }
   }
   if (list.empty()) early_.erase(early_it);
-  release_early_bytes(readies.size() * kEarlyItemCost);
-  for (auto& d : arrived) release_early_bytes(d->payload.size() + kEarlyItemCost);
+  release_early_bytes(readies.size() * item_cost(op.key.first));
+  for (auto& d : arrived) release_early_bytes(d->payload.size() + item_cost(op.key.first));
   for (const FrameHeader& h : readies) {
     if (!op.failed) on_ready(op, h);
   }
@@ -177,12 +182,13 @@ void OpEngine::discard_early(const Key& key) {
   auto it = early_.find(key);
   if (it == early_.end()) return;
   Early& e = it->second;
-  uint64_t bytes = e.readies.size() * kEarlyItemCost + (e.abort.is_ok() ? 0 : kEarlyItemCost);
+  const uint64_t item = item_cost(key.first);
+  uint64_t bytes = e.readies.size() * item + (e.abort.is_ok() ? 0 : item + e.abort.message().size());
   e.readies.clear();
   e.abort = Status{};
   for (auto d = e.data.begin(); d != e.data.end();) {
     if ((*d)->complete) {
-      bytes += (*d)->payload.size() + kEarlyItemCost;
+      bytes += (*d)->payload.size() + item;
       d = e.data.erase(d);
     } else {
       ++d;  // its frame is still being read into it; frame_done frees it
@@ -401,13 +407,21 @@ Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& 
     log().debug("dropping data for ended op '{}' version {} from rank {}", name, h.op_version, src);
     return {};
   }
+  // A real member sends data before the receiver's Ready only up to the eager size (far
+  // below the cap by default); a larger frame is refused before it is allocated.
+  if (h.payload_len > std::max(opt_.eager_bytes, opt_.unexpected_bytes)) {
+    return {Code::Protocol, "early data for '" + name + "' version " + std::to_string(h.op_version) +
+                                " of " + std::to_string(h.payload_len) +
+                                " bytes exceeds the early-arrival cap " +
+                                std::to_string(opt_.unexpected_bytes)};
+  }
   auto data = std::make_unique<EarlyData>();
   data->header = h;
   data->payload.resize(h.payload_len);
   *target = data->payload.data();
   rx_early_[src] = data.get();
   early_[key].data.push_back(std::move(data));
-  charge_early(src, h.payload_len + kEarlyItemCost);
+  charge_early(src, h.payload_len + item_cost(name));
   return {};
 }
 
@@ -422,7 +436,7 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
         maybe_finish(*op);
       } else if (closed_.is_ok() && !names_->is_past(name, h.op_version)) {
         early_[key].readies.push_back(h);
-        charge_early(src, kEarlyItemCost);
+        charge_early(src, item_cost(name));
       }
       return;
     case MsgType::Query:
@@ -442,8 +456,9 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
         maybe_finish(*op);
       } else if (closed_.is_ok() && !names_->is_past(name, h.op_version)) {
         Early& e = early_[key];
-        if (e.abort.is_ok()) charge_early(src, kEarlyItemCost);
+        if (!e.abort.is_ok()) release_early_bytes(item_cost(name) + e.abort.message().size());
         e.abort = why;
+        charge_early(src, item_cost(name) + why.message().size());
       }
       return;
     }
@@ -462,7 +477,7 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
     std::unique_ptr<EarlyData> mine = std::move(*pos);
     list.erase(pos);
     if (list.empty() && e->second.readies.empty() && e->second.abort.is_ok()) early_.erase(e);
-    release_early_bytes(mine->payload.size() + kEarlyItemCost);
+    release_early_bytes(mine->payload.size() + item_cost(name));
     if (op == nullptr) return;
     if (!op->failed) deliver_early(*op, *mine);
     return maybe_finish(*op);
@@ -545,6 +560,7 @@ void OpEngine::ask_stalled(Active& op) {
 }
 
 void OpEngine::answer_query(int src, const FrameHeader& h, const std::string& name) {
+  if (transport_->queued_bytes(src) > kMaxQueuedForAnswer) return;
   OutMessage m;
   m.header.type = MsgType::Answer;
   m.header.op_kind = h.op_kind;

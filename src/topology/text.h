@@ -49,8 +49,10 @@ std::string to_text(const Strategy& s);
 // fully validated (validate_strategy). Errors are InvalidArgument naming the fault: the
 // offset of a syntax error ("unexpected character 'x' at offset 17"), a wrong rank count
 // ("pair 0 reduce graph: expected 4 ranks, got 3") or an invalid graph ("pair 2 reduce
-// graph: cycle through ranks 1 -> 2 -> 1"). Any byte string is safe input: the work and
-// memory are bounded by the text length, itself capped at kMaxTopologyTextBytes.
+// graph: cycle through ranks 1 -> 2 -> 1"). Any byte string is safe input: for the
+// explicit form the work and memory are bounded by the text length, itself capped at
+// kMaxTopologyTextBytes; a built-in name is built for n ranks (up to n^2 entries for
+// ring, clique and hierarchical), so callers that only check a name look it up in strategy_names().
 Result<Strategy> parse_topology(std::string_view text, int n, const std::vector<int>& host_of);
 
 // A graph from (child, parent) edges: every rank but one is a child exactly once, and the

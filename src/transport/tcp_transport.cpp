@@ -487,6 +487,11 @@ int TcpTransport::write(Conn* c, OutMessage msg) {
   return rc;
 }
 
+uint64_t TcpTransport::queued_bytes(int dst) const {
+  Conn* c = (dst >= 0 && dst < opt_.size) ? by_rank_[dst] : nullptr;
+  return c == nullptr ? 0 : uv_stream_get_write_queue_size(c->stream());
+}
+
 void TcpTransport::pause_reading(int src) {
   Conn* c = by_rank_[src];
   if (c == nullptr || c->paused) return;
@@ -606,16 +611,17 @@ void TcpTransport::shutdown(std::function<void()> on_closed) {
 
 void TcpTransport::close_now(std::function<void()> on_closed) {
   stopping_ = true;
-  if (on_closed) on_closed_ = std::move(on_closed);
+  const bool forced = static_cast<bool>(on_closed);
+  if (forced) on_closed_ = std::move(on_closed);
   on_ready_ = nullptr;
   for (Conn* c : std::vector<Conn*>(conns_.begin(), conns_.end())) {
     // Connections in a graceful shutdown close themselves once their writes drain;
     // close_now with a callback means "do not wait for that".
     if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&c->tcp))) continue;
-    if (c->draining && !on_closed) continue;
+    if (c->draining && !forced) continue;
     close_conn(c);
   }
-  auto close_member = [this](uv_handle_t* h) {
+  auto close_member = [](uv_handle_t* h) {
     if (uv_is_closing(h)) return;
     uv_close(h, [](uv_handle_t* handle) {
       auto* self = static_cast<TcpTransport*>(handle->data);

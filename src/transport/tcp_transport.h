@@ -44,6 +44,7 @@ class TcpTransport final : public Transport {
                    std::function<void(const Status&)> on_ready);
 
   void send(int dst, OutMessage msg) override;
+  uint64_t queued_bytes(int dst) const override;
   void pause_reading(int src) override;
   void resume_reading(int src) override;
   void drop(int rank, const Status& why) override;

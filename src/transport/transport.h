@@ -45,6 +45,8 @@ class Transport {
   // Back-pressure: stop and restart reading frames from src.
   virtual void pause_reading(int src) = 0;
   virtual void resume_reading(int src) = 0;
+  // Bytes queued for dst and not yet handed to the kernel.
+  virtual uint64_t queued_bytes(int dst) const = 0;
   // Closes the link to one rank now (cancelling its queued writes); link_down follows.
   virtual void drop(int rank, const Status& why) = 0;
   // Flushes queued writes, says Bye, closes every connection. on_closed runs when all
