@@ -42,14 +42,6 @@ constexpr std::array<std::string_view, 28> kNames = {
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
 
-// resolve_config builds a named topology to check it, and the built-in shapes take O(n) to
-// O(n^2) time and memory in the world size n: a few hundred thousand ranks cost minutes
-// and gigabytes per input, which would stall the fuzzer on that one path. World sizes
-// above this bound are only fuzzed without a topology.
-constexpr uint64_t kMaxRanksWithTopology = 256;
-constexpr std::array<std::string_view, 4> kSizeVariables = {
-    "TAIJI_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"};
-
 void check(bool ok, const char* what) {
   if (!ok) {
     std::fprintf(stderr, "fuzz_config: %s\n", what);
@@ -94,21 +86,6 @@ void set_field(Config* c, std::string_view field, std::string_view v) {
   else if (field == "topology") c->topology = v;
   else if (field == "host_label") c->host_label = v;
   else if (field == "log_level") c->log_level = v;
-}
-
-// True when every digit string that could become the world size is at most `max`.
-bool sizes_at_most(const std::map<std::string, std::string, std::less<>>& env, const Config& c,
-                   uint64_t max) {
-  if (c.size > 0 && static_cast<uint64_t>(c.size) > max) return false;
-  for (std::string_view var : kSizeVariables) {
-    const auto it = env.find(var);
-    if (it == env.end()) continue;
-    uint64_t v = 0;
-    const std::string& s = it->second;
-    const std::errc ec = std::from_chars(s.data(), s.data() + s.size(), v).ec;
-    if (ec == std::errc::result_out_of_range || (ec == std::errc() && v > max)) return false;
-  }
-  return true;
 }
 
 bool valid_address(const std::string& s) {
@@ -177,11 +154,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       env[std::string(variable_for(name))] = std::string(value);
     }
   }
-  const auto topology = env.find(std::string_view("TAIJI_TOPOLOGY"));
-  const bool has_topology =
-      !explicit_values.topology.empty() || (topology != env.end() && !topology->second.empty());
-  if (has_topology && !sizes_at_most(env, explicit_values, kMaxRanksWithTopology)) return 0;
-
   const taiji::EnvLookup lookup = [&env](const char* name) -> const char* {
     const auto it = env.find(std::string_view(name));
     return it == env.end() ? nullptr : it->second.c_str();

@@ -316,10 +316,14 @@ void OpEngine::deliver_early(Active& op, const EarlyData& d) {
 }
 
 Status OpEngine::plan_mismatch(const Active& op, const Status& why) const {
-  // Count, dtype and op agree (checked first), so a chunk that does not fit the plan
-  // means the peers cut the buffer differently: a configuration disagreement.
-  return {Code::Mismatch, op.title() + ": " + why.message() +
-                              " (peers must use the same TAIJI_CHUNK_BYTES and TAIJI_MAX_PAYLOAD_BYTES)"};
+  // Count, dtype and op agree (checked first), so a chunk at another offset or length
+  // means the peers cut the buffer differently: a configuration disagreement. A duplicate
+  // or a chunk from a rank off the graph is a faulty sender, not a configuration.
+  const bool plan = why.message().find("do not match the chunk plan") != std::string::npos ||
+                    why.message().find("past the last chunk") != std::string::npos;
+  return {Code::Mismatch,
+          op.title() + ": " + why.message() +
+              (plan ? " (peers must use the same TAIJI_CHUNK_BYTES and TAIJI_MAX_PAYLOAD_BYTES)" : "")};
 }
 
 void OpEngine::deliver(Active& op, int src, const FrameHeader& h) {

@@ -13,6 +13,9 @@ namespace taiji {
 namespace {
 
 constexpr size_t kScratchBytes = 256 << 10;
+// Until its handshake is done a connection only reads small frames: a small buffer keeps
+// many pending (possibly hostile) connections cheap.
+constexpr size_t kHandshakeScratchBytes = 4 << 10;
 // Payload reads at least this large go straight into their destination.
 constexpr uint64_t kDirectReadMin = 4096;
 constexpr uint64_t kConnectRetryMs = 50;
@@ -76,7 +79,7 @@ struct TcpTransport::Conn {
   uint64_t payload_have = 0;
   bool direct = false;
 
-  std::vector<uint8_t> buf = std::vector<uint8_t>(kScratchBytes);
+  std::vector<uint8_t> buf = std::vector<uint8_t>(kHandshakeScratchBytes);
   size_t begin = 0;
   size_t end = 0;
 
@@ -103,7 +106,7 @@ void on_alloc(uv_handle_t* handle, size_t, uv_buf_t* out) {
   }
   c->direct = false;
   if (c->begin == c->end) c->begin = c->end = 0;
-  if (c->buf.size() - c->end < kScratchBytes / 4) {
+  if (c->buf.size() - c->end < c->buf.size() / 4) {
     std::memmove(c->buf.data(), c->buf.data() + c->begin, c->end - c->begin);
     c->end -= c->begin;
     c->begin = 0;
@@ -116,6 +119,12 @@ void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   auto* c = static_cast<TcpTransport::Conn*>(stream->data);
   if (nread < 0) {
     std::string why = nread == UV_EOF ? "connection closed by peer" : uv_strerror(static_cast<int>(nread));
+    if (c->hdr_have > 0) {
+      why += " after " + std::to_string(c->hdr_have) + " of the " + std::to_string(kHeaderSize) +
+             " bytes of a frame header";
+    } else if (c->state != TcpTransport::Conn::State::Header) {
+      why += " in the middle of a frame";
+    }
     c->owner->conn_failed(c, {Code::PeerLost, why});
     return;
   }
@@ -409,6 +418,8 @@ void TcpTransport::on_handshake_frame(Conn* c) {
   if (!c->hs->done() || c->closing) return;
   c->hs.reset();
   c->hs_payload = {};
+  // Bytes already read past the handshake stay where they are; the buffer only grows.
+  c->buf.resize(kScratchBytes);
   c->rank = src;
   c->identified = true;
   by_rank_[src] = c;

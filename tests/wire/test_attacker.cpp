@@ -59,7 +59,8 @@ std::vector<Attack> immediate_attacks() {
   FrameHeader ready = data_header();
   ready.type = MsgType::Ready;
   return {
-      {"truncated header, then close", cut, "connection closed by peer", true},
+      {"truncated header, then close", cut,
+       "connection closed by peer after 40 of the 64 bytes of a frame header", true},
       {"bad magic", edited_hello([](FrameHeader& h) { h.magic = 0xDEADBEEF; }), "bad magic 0xdeadbeef"},
       {"wrong protocol version", edited_hello([](FrameHeader& h) { h.protocol = 2; }),
        "unsupported protocol 2 (expected 1)"},
