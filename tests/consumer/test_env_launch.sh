@@ -3,7 +3,8 @@
 # Open MPI and Slurm variables, no taiji-run): rank 0 serves the rendezvous.
 set -euo pipefail
 consumer=$1
-port() { echo $(( 20000 + RANDOM % 20000 )); }
+# A port nothing listens on now (the kernel's choice), not a random guess that may be taken.
+port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 run_job() {  # run_job NAME ENV-FOR-RANK-FUNCTION
   local name=$1 envfn=$2 pids=() out

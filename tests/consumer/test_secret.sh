@@ -16,7 +16,8 @@ chmod 600 "$work/a" "$work/b"
 # run_ranks SECRET0 SECRET1 SECRET2: three ranks, each with its own TAIJI_SECRET_FILE (or none
 # for "-"); leaves each rank's exit code in $work/rc.<r> and output in $work/out.<r>.
 run_ranks() {
-  local port=$(( 20000 + RANDOM % 20000 )) pids=() r=0
+  local port pids=() r=0
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   rm -f "$work"/out.* "$work"/rc.*
   for secret in "$@"; do
     local extra=()
