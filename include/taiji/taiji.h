@@ -172,6 +172,8 @@ TAIJI_API const char *taiji_peer_last_error(const taiji_peer_t *peer);
 
 /* ---- operation options -------------------------------------------------------------- */
 
+typedef struct taiji_grad_stats taiji_grad_stats_t; /* see <taiji/grad_stats.h> */
+
 typedef struct taiji_op_options {
   size_t struct_size;         /* sizeof(taiji_op_options_t), set by TAIJI_OP_OPTIONS_INIT */
   uint64_t version;           /* 0: automatic (per-name counter: n-th call is version n) */
@@ -179,9 +181,10 @@ typedef struct taiji_op_options {
   taiji_callback_t callback;  /* optional; see taiji_callback_t */
   void *user_data;            /* passed to callback */
   const char *topology;       /* NULL: the peer's choice; else "ring", "tree", "star" */
+  taiji_grad_stats_t *grad_stats; /* allreduce only: gradient statistics of this tensor */
 } taiji_op_options_t;
 
-#define TAIJI_OP_OPTIONS_INIT { sizeof(taiji_op_options_t), 0, 0, NULL, NULL, NULL }
+#define TAIJI_OP_OPTIONS_INIT { sizeof(taiji_op_options_t), 0, 0, NULL, NULL, NULL, NULL }
 
 /* ---- collectives -------------------------------------------------------------------- *
  * Common rules:
@@ -342,5 +345,9 @@ TAIJI_API void taiji_request_free(taiji_request_t *request);
 #ifdef __cplusplus
 }
 #endif
+
+/* Monitoring and gradient statistics, in their own headers. */
+#include "taiji/metrics.h"
+#include "taiji/grad_stats.h"
 
 #endif /* TAIJI_TAIJI_H */
