@@ -50,6 +50,8 @@ class Peer {
 
   // Checks the arguments, reserves (name, version) and hands the op to the I/O thread.
   Result<std::shared_ptr<RequestState>> post(PostArgs args);
+  // post() for the runtime's own ops (statistics, monitoring): names under "taiji." allowed.
+  Result<std::shared_ptr<RequestState>> post_internal(PostArgs args);
   // A collective: every peer proposes a topology (an empty strategy: automatic choice by
   // size); if all agree, ops posted after this call use it; otherwise all get Mismatch and
   // keep the old one.

@@ -136,6 +136,10 @@ Status Peer::queue(std::function<void()> task, const std::string& name, uint64_t
 
 Result<std::shared_ptr<RequestState>> Peer::post(PostArgs args) {
   if (args.name.rfind("taiji.", 0) == 0) return invalid("op names starting with 'taiji.' are reserved");
+  return post_internal(std::move(args));
+}
+
+Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
   auto prepared = prepare(args);
   if (!prepared.is_ok()) return prepared.status();
   auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
