@@ -49,6 +49,10 @@ taiji_status_t finish_post(taiji_peer_t* peer,
                            const taiji::Result<std::shared_ptr<taiji::RequestState>>& posted,
                            taiji_request_t** request);
 
+// Posts an allreduce with its gradient statistics (capi/grad_stats.cpp).
+taiji::Result<std::shared_ptr<taiji::RequestState>> post_with_grad_stats(
+    taiji_peer_t* peer, taiji_grad_stats_t* stats, taiji::PostArgs args);
+
 // Runs fn, turning any escaping exception into a status.
 template <typename Fn>
 taiji_status_t guarded(taiji_peer_t* peer, Fn&& fn) {

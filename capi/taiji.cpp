@@ -118,6 +118,12 @@ taiji_status_t post(taiji_peer_t* peer, taiji::PostArgs args, const taiji_op_opt
   return guarded(peer, [&]() -> taiji_status_t {
     taiji_status_t s = apply_options(peer, options, request == nullptr, &args);
     if (s != TAIJI_OK) return s;
+    taiji_op_options_t opt;
+    read_options(options, &opt);  // checked by apply_options
+    if (opt.grad_stats != nullptr) {
+      if (args.kind != taiji::OpKind::Allreduce) return invalid(peer, "options.grad_stats is for allreduce only");
+      return finish_post(peer, post_with_grad_stats(peer, opt.grad_stats, std::move(args)), request);
+    }
     return finish_post(peer, peer->impl->post(std::move(args)), request);
   });
 }

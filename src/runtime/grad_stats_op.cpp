@@ -1,0 +1,215 @@
+#include "runtime/grad_stats_op.h"
+
+#include <cmath>
+#include <vector>
+
+namespace taiji {
+
+namespace {
+
+constexpr const char* kNormPrefix = "taiji.gn/";
+constexpr const char* kSquaresPrefix = "taiji.gv/";
+
+Status invalid(const std::string& m) { return {Code::InvalidArgument, m}; }
+
+// The reductions of one tensor in flight; the last to finish computes the statistics and
+// completes the caller's request.
+struct Join {
+  std::mutex mu;
+  int pending = 0;
+  Status status;
+  std::shared_ptr<RequestState> user;  // set once every reduction is posted
+  bool posted = false;
+
+  std::shared_ptr<GradStats> stats;
+  std::string name;
+  DType dtype = DType::F32;
+  RedOp redop = RedOp::Sum;
+  const void* recv = nullptr;
+  size_t count = 0;
+  int n = 1;
+  double scale2 = 1;
+  double local_sq = 0;                 // this peer's ||g_i||^2, sent
+  double local_sq_sum = 0;             // sum over peers, received
+  std::vector<double> squares;         // g_i^2 per element, summed in place
+
+  void done(const Status& s) {
+    std::shared_ptr<RequestState> finish;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!s.is_ok() && status.is_ok()) status = s;
+      if (--pending > 0 || !posted) return;
+      finish = user;
+    }
+    complete(finish);
+  }
+
+  // Every reduction ended: runs once, on whichever thread saw the last one end.
+  void complete(const std::shared_ptr<RequestState>& request) {
+    if (status.is_ok()) {
+      const double mean_factor = redop == RedOp::Sum ? 1.0 / n : 1.0;
+      const double global_sq = squared_norm(dtype, recv, count) * mean_factor * mean_factor / scale2;
+      const double local_mean = local_sq_sum / n;
+      if (squares.empty()) {
+        stats->add_tensor(name, local_mean, global_sq, nullptr);
+      } else {
+        TensorVariance v;
+        double l2 = 0;
+        for (size_t i = 0; i < count; ++i) {
+          const double mean = element_as_f64(dtype, recv, i) * mean_factor;
+          const double var = (squares[i] / n - mean * mean) / scale2;
+          l2 += var * var;
+          v.sum += var;
+        }
+        v.l2 = std::sqrt(l2);
+        stats->add_tensor(name, local_mean, global_sq, &v);
+      }
+    }
+    request->complete(status);
+  }
+};
+
+}  // namespace
+
+GradStats::GradStats(GradStatsConfig config, int world_size)
+    : config_(config), world_size_(world_size), estimator_(config.beta) {}
+
+Status GradStats::set_loss_scale(double scale) {
+  if (!(scale > 0) || !std::isfinite(scale)) return invalid("loss scale must be finite and > 0");
+  std::lock_guard<std::mutex> lock(mu_);
+  loss_scale_ = scale;
+  return {};
+}
+
+double GradStats::loss_scale() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return loss_scale_;
+}
+
+void GradStats::add_tensor(const std::string& name, double local_sq, double global_sq,
+                           const TensorVariance* variance) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_local_ += local_sq;
+  step_global_ += global_sq;
+  step_tensors_++;
+  if (variance != nullptr) {
+    TensorVariance& v = variance_[name];
+    v.l2 = variance->l2;
+    v.sum = variance->sum;
+    v.updates++;
+  }
+  if (config_.tensors_per_step > 0 && step_tensors_ >= config_.tensors_per_step) commit_locked();
+}
+
+void GradStats::commit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  commit_locked();
+}
+
+void GradStats::commit_locked() {
+  if (step_tensors_ > 0 || world_size_ < 2) {
+    estimator_.add(step_local_, step_global_, world_size_, config_.batch_size);
+  }
+  step_local_ = 0;
+  step_global_ = 0;
+  step_tensors_ = 0;
+}
+
+void GradStats::reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  estimator_.reset();
+  variance_.clear();
+  step_local_ = 0;
+  step_global_ = 0;
+  step_tensors_ = 0;
+}
+
+NoiseScaleEstimate GradStats::estimate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  NoiseScaleEstimate e = estimator_.estimate();
+  if (world_size_ < 2) e.state = EstimateState::SinglePeer;
+  return e;
+}
+
+bool GradStats::tensor_variance(const std::string& name, TensorVariance* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = variance_.find(name);
+  if (it == variance_.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, PostArgs args,
+                                                                std::shared_ptr<GradStats> stats) {
+  if (args.kind != OpKind::Allreduce) return invalid("gradient statistics attach to allreduce only");
+  if (!dtype_is_float(args.dtype)) return invalid("gradient statistics need a float dtype");
+  if (args.redop != RedOp::Sum && args.redop != RedOp::Avg) {
+    return invalid("gradient statistics need a SUM or AVG allreduce");
+  }
+  if (stats->world_size() != peer.size()) return invalid("the statistics object belongs to another peer");
+  const size_t cap = peer.config().max_name_len;
+  if (args.name.size() + std::string(kNormPrefix).size() > cap) {
+    return invalid("op name too long to carry statistics (at most " +
+                   std::to_string(cap - std::string(kNormPrefix).size()) + " bytes)");
+  }
+  auto join = std::make_shared<Join>();
+  join->stats = stats;
+  join->name = args.name;
+  join->dtype = args.dtype;
+  join->redop = args.redop;
+  join->recv = args.recv;
+  join->count = args.count;
+  join->n = peer.size();
+  const double scale = stats->loss_scale();
+  join->scale2 = scale * scale;
+  // Before posting: with sendbuf == recvbuf the reduction overwrites the input.
+  if (args.count > 0) join->local_sq = squared_norm(args.dtype, args.send, args.count) / join->scale2;
+  if (stats->config().element_variance) {
+    join->squares.resize(args.count);
+    for (size_t i = 0; i < args.count; ++i) {
+      const double v = element_as_f64(args.dtype, args.send, i);
+      join->squares[i] = v * v;
+    }
+  }
+  join->pending = stats->config().element_variance ? 3 : 2;
+
+  RequestState::Callback user_callback = std::move(args.callback);
+  const std::string name = args.name;
+  args.callback = [join](const Status& s) { join->done(s); };
+  auto grad = peer.post(std::move(args));
+  if (!grad.is_ok()) return grad.status();
+  const uint64_t version = grad.value()->version();
+  auto user = std::make_shared<RequestState>(version, std::move(user_callback));
+  user->set_topology_digest(grad.value()->topology_digest());
+
+  auto post_companion = [&](const std::string& prefix, const void* send, void* recv, size_t count) {
+    PostArgs c;
+    c.kind = OpKind::Allreduce;
+    c.name = prefix + name;
+    c.version = version;
+    c.send = send;
+    c.recv = recv;
+    c.count = count;
+    c.dtype = DType::F64;
+    c.redop = RedOp::Sum;
+    c.callback = [join](const Status& s) { join->done(s); };
+    auto r = peer.post_internal(std::move(c));
+    // Posting failed (the peer closed meanwhile): nothing will report for it.
+    if (!r.is_ok()) join->done(r.status());
+  };
+  post_companion(kNormPrefix, &join->local_sq, &join->local_sq_sum, 1);
+  if (join->pending == 3) {
+    post_companion(kSquaresPrefix, join->squares.data(), join->squares.data(), join->squares.size());
+  }
+  bool finished;
+  {
+    std::lock_guard<std::mutex> lock(join->mu);
+    join->user = user;
+    join->posted = true;
+    finished = join->pending == 0;
+  }
+  if (finished) join->complete(user);
+  return user;
+}
+
+}  // namespace taiji

@@ -1,0 +1,236 @@
+// Gradient statistics through the C API with real peers: exact against a serial fp64
+// reference on fixed inputs, and statistically true on synthetic gradients g_i = G + noise
+// whose covariance is known.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "harness.h"
+
+using namespace taiji_test;
+
+namespace {
+
+bool close_rel(double got, double want, double rel) {
+  return std::fabs(got - want) <= rel * std::max(std::fabs(want), 1e-300);
+}
+
+// Integer-valued gradients: every sum is exact in fp64, so the runtime and the reference
+// agree up to the order of fp64 additions.
+// A signal common to all ranks plus a smaller per-rank deviation.
+double grad_value(int rank, int step, int tensor, size_t i) {
+  const int signal = static_cast<int>((step * 3 + tensor * 5 + i * 11) % 17) - 8;
+  const int noise = static_cast<int>((rank * 7 + step + i * 3) % 5) - 2;
+  return static_cast<double>(4 * signal + noise);
+}
+
+struct Expected {
+  double g2 = 0, tr = 0, local = 0, global = 0;
+  std::vector<double> var_l2, var_sum;  // per tensor, last step
+};
+
+Expected reference(int n, int steps, int tensors, size_t len, double b, double beta, double scale) {
+  Expected e;
+  double ema_g2 = 0, ema_tr = 0, power = 1;
+  e.var_l2.assign(tensors, 0);
+  e.var_sum.assign(tensors, 0);
+  for (int s = 0; s < steps; ++s) {
+    double local = 0, global = 0;
+    for (int t = 0; t < tensors; ++t) {
+      double l2 = 0, vsum = 0;
+      for (size_t i = 0; i < len; ++i) {
+        double sum = 0, sq = 0;
+        for (int r = 0; r < n; ++r) {
+          double g = grad_value(r, s, t, i) / scale;
+          sum += g;
+          sq += g * g;
+        }
+        const double mean = sum / n;
+        local += sq / n;
+        global += mean * mean;
+        const double var = sq / n - mean * mean;
+        l2 += var * var;
+        vsum += var;
+      }
+      e.var_l2[t] = std::sqrt(l2);
+      e.var_sum[t] = vsum;
+    }
+    const double g2 = (n * global - local) / (n - 1);
+    const double tr = b * n * (local - global) / (n - 1);
+    ema_g2 = beta * ema_g2 + (1 - beta) * g2;
+    ema_tr = beta * ema_tr + (1 - beta) * tr;
+    power *= beta;
+    e.local = local;
+    e.global = global;
+  }
+  e.g2 = ema_g2 / (1 - power);
+  e.tr = ema_tr / (1 - power);
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("grad stats: results equal a serial fp64 reference", "[grad_stats]") {
+  const int n = GENERATE(2, 3, 4);
+  const bool avg = GENERATE(false, true);
+  const double scale = GENERATE(1.0, 8.0);
+  CAPTURE(n, avg, scale);
+  constexpr int kSteps = 5, kTensors = 2;
+  constexpr size_t kLen = 300;
+  constexpr double kBatch = 32, kBeta = 0.9;
+  const Expected want = reference(n, kSteps, kTensors, kLen, kBatch, kBeta, scale);
+  Failures failures;
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
+    cfg.batch_size = kBatch;
+    cfg.smoothing = kBeta;
+    cfg.element_variance = 1;
+    taiji_grad_stats_t* stats = nullptr;
+    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    failures.expect_status(rank, "loss scale", taiji_grad_stats_set_loss_scale(stats, scale), TAIJI_OK);
+    taiji_op_options_t opt = op_options(20000);
+    opt.grad_stats = stats;
+    std::vector<double> buf(kLen);
+    for (int s = 0; s < kSteps; ++s) {
+      for (int t = 0; t < kTensors; ++t) {
+        for (size_t i = 0; i < kLen; ++i) buf[i] = grad_value(rank, s, t, i);
+        const std::string name = "grad" + std::to_string(t);
+        // In place, as frameworks do.
+        failures.expect_status(rank, name, taiji_allreduce(peer, name.c_str(), buf.data(), buf.data(), kLen,
+                                                           TAIJI_F64, avg ? TAIJI_AVG : TAIJI_SUM, &opt, nullptr),
+                               TAIJI_OK);
+      }
+      failures.expect_status(rank, "commit", taiji_grad_stats_commit(stats), TAIJI_OK);
+    }
+    taiji_grad_stats_result_t r = TAIJI_GRAD_STATS_RESULT_INIT;
+    failures.expect_status(rank, "read", taiji_grad_stats_read(stats, &r), TAIJI_OK);
+    failures.expect(rank, r.state == TAIJI_GRAD_STATS_DEFINED, taiji_grad_stats_state_string(r.state));
+    failures.expect(rank, r.steps == kSteps, "steps " + std::to_string(r.steps));
+    failures.expect(rank, close_rel(r.local_sq_norm, want.local, 1e-12), "S_local " + std::to_string(r.local_sq_norm));
+    failures.expect(rank, close_rel(r.global_sq_norm, want.global, 1e-12), "S " + std::to_string(r.global_sq_norm));
+    failures.expect(rank, close_rel(r.g2, want.g2, 1e-12), "|G|^2 " + std::to_string(r.g2));
+    failures.expect(rank, close_rel(r.trace_sigma, want.tr, 1e-12), "tr " + std::to_string(r.trace_sigma));
+    failures.expect(rank, close_rel(r.noise_scale, want.tr / want.g2, 1e-12), "noise scale");
+    failures.expect(rank, close_rel(r.snr, want.g2 / (want.tr / (n * kBatch)), 1e-12), "snr");
+    for (int t = 0; t < kTensors; ++t) {
+      double l2 = 0, sum = 0;
+      const std::string name = "grad" + std::to_string(t);
+      failures.expect_status(rank, "variance", taiji_grad_stats_tensor_variance(stats, name.c_str(), &l2, &sum),
+                             TAIJI_OK);
+      failures.expect(rank, close_rel(l2, want.var_l2[t], 1e-12) && close_rel(sum, want.var_sum[t], 1e-12),
+                      name + " variance " + std::to_string(l2) + " / " + std::to_string(sum));
+    }
+    taiji_grad_stats_destroy(stats);
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
+TEST_CASE("grad stats: the noise scale of synthetic gradients is within 5% of the truth",
+          "[grad_stats]") {
+  const int n = GENERATE(2, 4, 8);
+  const double b = GENERATE(4.0, 32.0);
+  CAPTURE(n, b);
+  constexpr size_t kDim = 2048;
+  constexpr int kSteps = 150;
+  // G_j and the per-sample variances sigma_j^2 are known; the true B_simple is
+  // tr(Sigma)/|G|^2. |G| is sized so that B_simple is about 3b: noise and signal comparable.
+  std::vector<double> G(kDim), sigma(kDim);
+  double trace = 0, g2 = 0;
+  for (size_t j = 0; j < kDim; ++j) {
+    sigma[j] = 1.0 + 0.5 * std::cos(0.01 * j);
+    G[j] = std::sin(0.003 * j + 0.5);
+    trace += sigma[j] * sigma[j];
+    g2 += G[j] * G[j];
+  }
+  const double shrink = std::sqrt(trace / (3 * b) / g2);
+  for (double& v : G) v *= shrink;
+  const double truth = trace / (g2 * shrink * shrink);
+  Failures failures;
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
+    cfg.batch_size = b;
+    cfg.smoothing = 0.98;
+    cfg.tensors_per_step = 1;
+    taiji_grad_stats_t* stats = nullptr;
+    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    taiji_op_options_t opt = op_options(20000);
+    opt.grad_stats = stats;
+    std::mt19937_64 rng(1234 + rank);
+    std::normal_distribution<double> normal(0, 1);
+    std::vector<float> grad(kDim);
+    for (int s = 0; s < kSteps; ++s) {
+      // The mean of b samples: noise with variance sigma_j^2 / b.
+      for (size_t j = 0; j < kDim; ++j) {
+        grad[j] = static_cast<float>(G[j] + sigma[j] / std::sqrt(b) * normal(rng));
+      }
+      if (!failures.expect_status(rank, "allreduce",
+                                  taiji_allreduce(peer, "grad", grad.data(), grad.data(), kDim, TAIJI_F32,
+                                                  TAIJI_AVG, &opt, nullptr),
+                                  TAIJI_OK)) {
+        break;
+      }
+    }
+    taiji_grad_stats_result_t r = TAIJI_GRAD_STATS_RESULT_INIT;
+    failures.expect_status(rank, "read", taiji_grad_stats_read(stats, &r), TAIJI_OK);
+    failures.expect(rank, r.steps == kSteps, "steps " + std::to_string(r.steps));
+    failures.expect(rank, std::fabs(r.noise_scale / truth - 1) < 0.05,
+                    "noise scale " + std::to_string(r.noise_scale) + ", truth " + std::to_string(truth));
+    taiji_grad_stats_destroy(stats);
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
+TEST_CASE("grad stats: bad use is refused clearly", "[grad_stats]") {
+  Failures failures;
+  auto lines = run_peers(2, [&](taiji_peer_t* peer, int rank) {
+    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
+    taiji_grad_stats_t* stats = nullptr;
+    failures.expect_status(rank, "no batch size", taiji_grad_stats_create(peer, &cfg, &stats),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    failures.expect(rank, std::string(taiji_peer_last_error(peer)).find("batch_size") != std::string::npos,
+                    taiji_peer_last_error(peer));
+    cfg.batch_size = 8;
+    cfg.smoothing = 1;
+    failures.expect_status(rank, "smoothing 1", taiji_grad_stats_create(peer, &cfg, &stats),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    cfg.smoothing = 0;
+    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    taiji_grad_stats_result_t r = TAIJI_GRAD_STATS_RESULT_INIT;
+    taiji_grad_stats_read(stats, &r);
+    failures.expect(rank, r.state == TAIJI_GRAD_STATS_NO_SAMPLES && std::isnan(r.noise_scale),
+                    "fresh object is not NO_SAMPLES");
+    taiji_op_options_t opt = op_options(20000);
+    opt.grad_stats = stats;
+    int32_t i = 1;
+    failures.expect_status(rank, "integer gradients",
+                           taiji_allreduce(peer, "ints", &i, &i, 1, TAIJI_I32, TAIJI_SUM, &opt, nullptr),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    float f = 1;
+    failures.expect_status(rank, "MAX allreduce",
+                           taiji_allreduce(peer, "max", &f, &f, 1, TAIJI_F32, TAIJI_MAX, &opt, nullptr),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    failures.expect_status(rank, "broadcast", taiji_broadcast(peer, "b", &f, 1, TAIJI_F32, 0, &opt, nullptr),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    failures.expect_status(rank, "loss scale 0", taiji_grad_stats_set_loss_scale(stats, 0),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    failures.expect_status(rank, "variance off", taiji_grad_stats_tensor_variance(stats, "x", nullptr, nullptr),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    // An overflow on one peer skips the step on every peer.
+    float g = rank == 0 ? INFINITY : 1.0f;
+    failures.expect_status(rank, "inf", taiji_allreduce(peer, "g", &g, &g, 1, TAIJI_F32, TAIJI_SUM, &opt, nullptr),
+                           TAIJI_OK);
+    taiji_grad_stats_commit(stats);
+    taiji_grad_stats_read(stats, &r);
+    failures.expect(rank, r.skipped == 1 && r.steps == 0, "the non-finite step was not skipped");
+    taiji_grad_stats_destroy(stats);
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
