@@ -15,6 +15,7 @@
 #include <string_view>
 #include <utility>
 
+#include "monitor/http_server.h"
 #include "topology/strategies.h"
 #include "topology/text.h"
 
@@ -34,6 +35,8 @@ constexpr uint32_t kDefaultMaxNameLen = 256;
 constexpr int64_t kDefaultHandshakeTimeoutMs = 10000;
 constexpr int64_t kDefaultMaxPending = 64;
 constexpr int64_t kDefaultStallWarnMs = 10000;
+constexpr int64_t kDefaultFlightRecorderSize = 256;
+constexpr int64_t kMaxFlightRecorderSize = 1 << 20;
 constexpr size_t kMinSecretBytes = 16;
 constexpr size_t kMaxSecretBytes = 4096;
 // Below this the per-frame header and syscall overhead dominate the transfer.
@@ -323,6 +326,47 @@ Status resolve_rendezvous(Config* c, const EnvLookup& env, const std::string& si
   return Status::ok();
 }
 
+// Metrics on or off, the Prometheus endpoint, and the flight recorder.
+Status resolve_monitoring(Config* c, const EnvLookup& env) {
+  if (c->metrics == -1) {
+    c->metrics = 1;
+    if (const char* v = lookup(env, "TAIJI_METRICS")) {
+      if (std::string_view(v) != "0" && std::string_view(v) != "1") {
+        return config_error(named("TAIJI_METRICS", v) + " must be 0 or 1");
+      }
+      c->metrics = v[0] - '0';
+    }
+  } else if (c->metrics != 0 && c->metrics != 1) {
+    return config_error(explicit_source("metrics", c->metrics) + " must be 0, 1 or -1 (unset)");
+  }
+  std::string source;
+  fill_string(&c->metrics_addr, "TAIJI_METRICS_ADDR", "", env, &source);
+  if (!c->metrics_addr.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    if (std::string why = parse_metrics_address(c->metrics_addr, &host, &port); !why.empty()) {
+      return config_error("metrics address " + source + " is not [host:]port: " + why);
+    }
+  }
+  if (c->flight_recorder_size < -1 || c->flight_recorder_size > kMaxFlightRecorderSize) {
+    return config_error(explicit_source("flight_recorder_size", c->flight_recorder_size) +
+                        " is not in 0.." + std::to_string(kMaxFlightRecorderSize));
+  }
+  if (c->flight_recorder_size == -1) {
+    c->flight_recorder_size = kDefaultFlightRecorderSize;
+    if (const char* v = lookup(env, "TAIJI_FLIGHT_RECORDER_SIZE")) {
+      uint64_t n = 0;
+      Status s = env_int("TAIJI_FLIGHT_RECORDER_SIZE", v, 0, kMaxFlightRecorderSize, &n);
+      if (!s.is_ok()) return s;
+      c->flight_recorder_size = static_cast<int64_t>(n);
+    }
+  }
+  const char* tmp = lookup(env, "TMPDIR");
+  fill_string(&c->flight_recorder_dir, "TAIJI_FLIGHT_RECORDER_DIR", tmp != nullptr ? tmp : "/tmp",
+              env, &source);
+  return Status::ok();
+}
+
 }  // namespace
 
 EnvLookup process_env() {
@@ -378,6 +422,7 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
       c.stall_warn_ms = static_cast<int64_t>(ms);
     }
   }
+  if (Status s = resolve_monitoring(&c, env); !s.is_ok()) return s;
   std::string secret_src;
   fill_string(&c.secret_file, "TAIJI_SECRET_FILE", "", env, &secret_src);
   if (!c.secret_file.empty()) {

@@ -41,6 +41,10 @@ struct Config {
   int64_t max_pending_connections = 0;  // connections in their handshake; 0: unset (64)
   int64_t stall_warn_ms = -1;       // warn about ops some peers have not posted; -1: unset
                                     // (10000), 0: off
+  int metrics = -1;                 // count and record ops: 1 on, 0 off; -1: unset (on)
+  std::string metrics_addr;         // Prometheus endpoint "host:port"; empty: none
+  int64_t flight_recorder_size = -1;  // ops the flight recorder keeps; -1: unset (256), 0: off
+  std::string flight_recorder_dir;  // where timeout dumps go; empty: unset ($TMPDIR or /tmp)
 };
 
 // Fills unset fields of `explicit_values` from the environment, then from defaults, and
@@ -54,7 +58,8 @@ struct Config {
 // and TAIJI_LISTEN_HOST, TAIJI_JOB_ID, TAIJI_TIMEOUT_MS, TAIJI_INIT_TIMEOUT_MS,
 // TAIJI_CHUNK_BYTES, TAIJI_EAGER_BYTES, TAIJI_UNEXPECTED_BYTES, TAIJI_MAX_PAYLOAD_BYTES,
 // TAIJI_MAX_NAME_LEN, TAIJI_TOPOLOGY, TAIJI_HOST, TAIJI_LOG_LEVEL, TAIJI_SECRET_FILE,
-// TAIJI_HANDSHAKE_TIMEOUT_MS, TAIJI_MAX_PENDING_CONNECTIONS, TAIJI_STALL_WARN_MS.
+// TAIJI_HANDSHAKE_TIMEOUT_MS, TAIJI_MAX_PENDING_CONNECTIONS, TAIJI_STALL_WARN_MS,
+// TAIJI_METRICS, TAIJI_METRICS_ADDR, TAIJI_FLIGHT_RECORDER_SIZE, TAIJI_FLIGHT_RECORDER_DIR.
 // A secret file must be a regular file with no group or other permission bits, holding
 // 16 bytes to 4 KiB (its bytes, verbatim, are the key).
 // Byte sizes accept a K, M or G suffix (powers of 1024). Nothing set at all means a single

@@ -1,0 +1,18 @@
+// Bytes moved on each link, counted by the transport on the I/O thread and read by any
+// thread taking a snapshot. Relaxed atomics: totals only, no ordering with anything else.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace taiji {
+
+struct LinkCounters {
+  std::atomic<uint64_t> sent{0};      // frame bytes handed to the link (header, name, payload)
+  std::atomic<uint64_t> received{0};  // bytes read from the link
+
+  void add_sent(uint64_t n) { sent.fetch_add(n, std::memory_order_relaxed); }
+  void add_received(uint64_t n) { received.fetch_add(n, std::memory_order_relaxed); }
+};
+
+}  // namespace taiji
