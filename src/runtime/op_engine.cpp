@@ -86,6 +86,8 @@ struct OpEngine::Active {
   uint64_t started = 0;
   std::vector<int8_t> posted_at;             // stall watchdog, per rank: -1 unknown, 0 no, 1 yes
   bool stall_asked = false;
+  OpStart trace;                             // what the metrics know of it
+  uint64_t metrics_token = 0;                // 0: not counted (metrics off)
 
   OpKind kind() const { return op->spec().kind; }
   std::string title() const { return op_title(kind(), key.first, key.second); }
@@ -131,6 +133,13 @@ void OpEngine::start(PostedOp posted) {
   op->op = std::make_unique<CollectiveOp>(std::move(posted.spec));
   Active& ref = *op;
   ops_[ref.key] = std::move(op);
+  if (opt_.metrics != nullptr) {
+    const CollectiveSpec& spec = ref.op->spec();
+    ref.trace = {static_cast<uint8_t>(spec.kind), &ref.key.first, ref.key.second,
+                 spec.count * dtype_size(spec.dtype), spec.strategy ? &spec.strategy->name : nullptr,
+                 posted.posted_ns, monotonic_ns()};
+    ref.metrics_token = opt_.metrics->op_started(ref.trace);
+  }
   begin(ref);
   maybe_finish(ref);
 }
@@ -338,6 +347,9 @@ void OpEngine::fail(Active& op, const Status& why) {
   op.failure = why;
   op.failed_at = uv_now(loop_);
   for (auto& h : op.held) h.clear();
+  if (op.metrics_token != 0) {
+    opt_.metrics->op_failed(op.metrics_token, static_cast<int32_t>(why.code()), why.message());
+  }
 }
 
 void OpEngine::maybe_finish(Active& op) {
@@ -357,6 +369,10 @@ void OpEngine::maybe_finish(Active& op) {
   names_->release(owned->key.first, owned->key.second);
   Status result = owned->failed ? owned->failure : Status{};
   if (owned->finish_hook) result = owned->finish_hook(result);
+  if (owned->metrics_token != 0) {
+    opt_.metrics->op_ended(owned->metrics_token, owned->trace, static_cast<int32_t>(result.code()),
+                           result.message(), monotonic_ns());
+  }
   owned->request->complete(result);
 }
 
@@ -447,7 +463,11 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
       answer_query(src, h, name);
       return;
     case MsgType::Answer:
-      if (op != nullptr) on_answer(*op, src, h.chunk != 0);
+      if (op != nullptr) {
+        on_answer(*op, src, h.chunk != 0);
+      } else if (opt_.metrics != nullptr && name == kProbeName) {
+        opt_.metrics->rtt_reply(src, static_cast<uint32_t>(h.op_version), monotonic_ns());
+      }
       return;
     case MsgType::Abort: {
       int64_t code = -static_cast<int64_t>(h.chunk);
@@ -610,8 +630,20 @@ Status OpEngine::describe_timeout(const Active& op) const {
   return {Code::Timeout, s};
 }
 
+void OpEngine::send_probes(uint32_t round) {
+  for (int r = 0; r < opt_.size; ++r) {
+    if (r == opt_.rank || departed_[r]) continue;
+    OutMessage m;
+    m.header.type = MsgType::Query;
+    m.header.op_version = round;
+    m.name = kProbeName;
+    transport_->send(r, std::move(m));
+  }
+}
+
 void OpEngine::tick() {
   uint64_t now = uv_now(loop_);
+  Status first_timeout;
   std::vector<Key> keys;
   for (auto& [key, op] : ops_) keys.push_back(key);
   for (const Key& key : keys) {
@@ -625,6 +657,7 @@ void OpEngine::tick() {
     if (!op.failed && now >= op.deadline) {
       Status why = describe_timeout(op);
       log().warn("{}", why.message());
+      if (first_timeout.is_ok()) first_timeout = why;
       op.stuck_after = kStuckTimeoutMs;
       fail(op, why);
       maybe_finish(op);
@@ -640,6 +673,7 @@ void OpEngine::tick() {
       }
     }
   }
+  if (!first_timeout.is_ok() && on_timeout_) on_timeout_(first_timeout);
 }
 
 }  // namespace taiji

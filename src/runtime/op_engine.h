@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectives/collective_op.h"
+#include "monitor/metrics.h"
 #include "runtime/name_table.h"
 #include "runtime/request.h"
 #include "transport/transport.h"
@@ -29,6 +30,8 @@ struct EngineOptions {
   // An op still running this long after it was posted here asks every rank whether it has
   // posted it, and logs the ranks that have not; 0: off.
   uint64_t stall_warn_ms = 10000;
+  // Counts, times and records every op; nullptr: no metrics.
+  Metrics* metrics = nullptr;
 };
 
 struct PostedOp {
@@ -40,6 +43,7 @@ struct PostedOp {
   // Runs on the I/O thread when the op ends, before its request completes; may change
   // the status the request reports.
   std::function<Status(const Status&)> finish_hook;
+  uint64_t posted_ns = 0;  // monotonic_ns() when the caller posted it
 };
 
 class OpEngine final : public ReceiveHandler {
@@ -49,6 +53,12 @@ class OpEngine final : public ReceiveHandler {
   void set_transport(Transport* transport) { transport_ = transport; }
   // Called with the error that makes the whole peer unusable (a lost peer).
   void set_fatal_handler(std::function<void(const Status&)> fn) { on_fatal_ = std::move(fn); }
+  // Called after ops timed out in one tick (the flight recorder dump), with the first.
+  void set_timeout_handler(std::function<void(const Status&)> fn) { on_timeout_ = std::move(fn); }
+  // Sends a round-trip probe to every other rank (a Query under kProbeName, whose Answer
+  // every peer gives); replies go to the metrics.
+  void send_probes(uint32_t round);
+  static constexpr const char* kProbeName = "taiji.probe";
 
   void start(PostedOp posted);
   // Deadlines and stuck failed ops; call periodically.
@@ -110,6 +120,7 @@ class OpEngine final : public ReceiveHandler {
   NameTable* names_;
   Transport* transport_ = nullptr;
   std::function<void(const Status&)> on_fatal_;
+  std::function<void(const Status&)> on_timeout_;
   std::map<Key, std::unique_ptr<Active>> ops_;
   std::map<Key, Early> early_;
   std::vector<EarlyData*> rx_early_;       // per source: the early frame being received

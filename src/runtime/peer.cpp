@@ -33,7 +33,11 @@ Peer::Peer(const Config& config) : config_(config) {
   wake_.data = this;
   uv_timer_init(&loop_, &tick_);
   tick_.data = this;
+  metrics_ = std::make_unique<Metrics>(config_.rank, config_.size,
+                                       static_cast<size_t>(config_.flight_recorder_size));
+  metrics_->set_enabled(config_.metrics == 1);
   EngineOptions eo;
+  eo.metrics = metrics_.get();
   eo.rank = config_.rank;
   eo.size = config_.size;
   eo.eager_bytes = config_.eager_bytes;
@@ -41,6 +45,7 @@ Peer::Peer(const Config& config) : config_(config) {
   eo.stall_warn_ms = static_cast<uint64_t>(config_.stall_warn_ms);
   engine_ = std::make_unique<OpEngine>(&loop_, eo, &names_);
   engine_->set_fatal_handler([this](const Status& s) { set_error(s); });
+  engine_->set_timeout_handler([this](const Status& s) { dump_flight_recorder(s); });
   TcpOptions to;
   to.rank = config_.rank;
   to.size = config_.size;
@@ -52,6 +57,7 @@ Peer::Peer(const Config& config) : config_(config) {
   to.secret = config_.secret;
   to.handshake_timeout_ms = static_cast<uint64_t>(config_.handshake_timeout_ms);
   to.max_pending_connections = static_cast<int>(config_.max_pending_connections);
+  to.link_counters = metrics_->link_counters();
   transport_ = std::make_unique<TcpTransport>(&loop_, to, engine_.get());
   engine_->set_transport(transport_.get());
 }
@@ -111,6 +117,10 @@ Status Peer::bootstrap() {
     auto configured = resolve_topology(config_.topology);
     if (!configured.is_ok()) return {Code::Config, configured.status().message()};
     current_ = configured.value();
+  }
+  if (!config_.metrics_addr.empty()) {
+    Status s = start_metrics_server();
+    if (!s.is_ok()) return s;
   }
   uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Peer*>(t->data)->on_tick(); }, kTickMs, kTickMs);
   thread_ = std::thread([this] {
@@ -233,6 +243,7 @@ void Peer::begin_close(CloseMode mode) {
 
 void Peer::on_tick() {
   engine_->tick();
+  metrics_->sample_links(monotonic_ns());
   bool idle = engine_->idle() && !gate_ && gated_.empty();
   if (finalizing_ && (idle || uv_now(&loop_) >= close_deadline_)) {
     finalizing_ = false;

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "monitor/http_server.h"
+#include "monitor/metrics.h"
 #include "runtime/config.h"
 #include "runtime/name_table.h"
 #include "runtime/op_engine.h"
@@ -70,6 +72,16 @@ class Peer {
   bool on_io_thread() const;
   std::thread::id io_thread_id() const { return io_thread_id_; }
 
+  // Monitoring (peer_monitor.cpp). The registry lives as long as the peer.
+  Metrics& metrics() { return *metrics_; }
+  // The Prometheus endpoint's bound "host:port"; empty when it is not served.
+  std::string metrics_address() const;
+  // A collective: ends this rank's step (the time since its previous mark) and gathers
+  // every rank's step time under "taiji.step", so that every peer can tell stragglers.
+  Result<std::shared_ptr<RequestState>> step_mark(int64_t timeout_ms, RequestState::Callback callback);
+  // Pings every other rank and waits for the replies (at most timeout_ms). Blocks.
+  Status probe_rtt(int64_t timeout_ms);
+
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
 
@@ -96,6 +108,9 @@ class Peer {
   void close_links(bool graceful);
   void on_links_closed();
   void stop_thread();
+  Status start_metrics_server();
+  // I/O thread: writes the flight recorder to a file after ops timed out.
+  void dump_flight_recorder(const Status& why);
 
   Config config_;
   NameTable names_;
@@ -104,6 +119,12 @@ class Peer {
 
   // I/O thread only: the topology ops use when they name none (empty: by size), and ops
   // waiting for a topology change to settle.
+  // Before the loop's members: the transport and engine write into it until they go.
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<MetricsServer> metrics_server_;
+  uint64_t last_dump_ms_ = 0;            // I/O thread only
+  uint64_t dumps_ = 0;                   // I/O thread only
+
   BoundStrategy current_;
   bool gate_ = false;
   std::deque<std::function<void()>> gated_;

@@ -108,6 +108,7 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
   op.name = args.name;
   op.version = version.value();
   op.timeout_ms = static_cast<uint64_t>(args.timeout_ms > 0 ? args.timeout_ms : config_.timeout_ms);
+  op.posted_ns = monotonic_ns();
   op.request = std::make_shared<RequestState>(op.version, std::move(args.callback));
   if (explicit_strategy.strategy) {
     op.spec.strategy = explicit_strategy.strategy;

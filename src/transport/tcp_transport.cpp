@@ -86,6 +86,9 @@ struct TcpTransport::Conn {
   uv_stream_t* stream() { return reinterpret_cast<uv_stream_t*>(&tcp); }
 
   void start_reading();
+  void count_read(size_t n) {
+    if (identified && owner->opt_.link_counters != nullptr) owner->opt_.link_counters[rank].add_received(n);
+  }
   void process();
   Status consume_header();
   Status name_complete();
@@ -129,6 +132,7 @@ void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
     return;
   }
   if (nread == 0) return;
+  c->count_read(static_cast<size_t>(nread));
   if (c->direct) {
     c->payload_have += static_cast<uint64_t>(nread);
     if (c->payload_have == c->h.payload_len) c->frame_complete();
@@ -477,6 +481,9 @@ int TcpTransport::write(Conn* c, OutMessage msg) {
   msg.header.name_len = static_cast<uint16_t>(w->name.size());
   msg.header.payload_len = len;
   encode_header(msg.header, w->header);
+  if (c->identified && opt_.link_counters != nullptr) {
+    opt_.link_counters[c->rank].add_sent(kHeaderSize + w->name.size() + len);
+  }
   uv_buf_t bufs[3] = {
       uv_buf_init(reinterpret_cast<char*>(w->header), kHeaderSize),
       uv_buf_init(w->name.data(), static_cast<unsigned>(w->name.size())),

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "monitor/link_counters.h"
 #include "transport/handshake.h"
 #include "transport/transport.h"
 
@@ -29,6 +30,7 @@ struct TcpOptions {
   std::string secret;                  // empty: connections are not authenticated
   uint64_t handshake_timeout_ms = 10000;
   int max_pending_connections = 64;    // accepted connections still in their handshake
+  LinkCounters* link_counters = nullptr;  // size entries, by rank: bytes per link; or none
 };
 
 class TcpTransport final : public Transport {
