@@ -16,6 +16,9 @@ namespace taiji_bench {
 
 enum class OpKind { kAllreduce, kBroadcast, kBarrier };
 
+// --metrics: the library's op metrics on, off, or both (interleaved iterations, compared).
+enum class MetricsMode { kDefault, kOn, kOff, kBoth };
+
 struct DtypeInfo {
   taiji_dtype_t dtype;
   const char* name;
@@ -47,6 +50,7 @@ struct Options {
   std::string json_path;
   int64_t timeout_ms = 120000;
   bool check = true;
+  MetricsMode metrics = MetricsMode::kDefault;
 };
 
 // Outcome of parse_options: run, exit 0 after --help, or exit 2 after a usage error.
@@ -94,6 +98,10 @@ struct Row {
   bool has_bandwidth = true;
   const char* check = "-";  // "ok", "FAIL", or "-" when not checked
   std::string topology;     // set in sweep mode: the strategy the row ran on
+  // --metrics both: medians of the iterations run with metrics off and on.
+  bool compared = false;
+  double off_us = 0;
+  double on_us = 0;
 };
 
 // One timed iteration of a swap run.
@@ -130,6 +138,8 @@ struct RunInfo {
 void print_header(const RunInfo& info);
 void print_row(const RunInfo& info, const Row& row);
 void print_footer(const RunInfo& info, const std::vector<Row>& rows, bool all_ok);
+// --metrics both: per size, the time and busbw with metrics off and on, and the change.
+void print_metrics_comparison(const RunInfo& info, const std::vector<Row>& rows);
 // Sweep mode: one line per size, one column per strategy (busbw, or time without
 // bandwidth), and the winner of each size. rows[i] holds strategy names[i]'s sweep and
 // digests[i] its taiji_topology_digest in this job (0: unknown), which tells strategies

@@ -211,6 +211,9 @@ void print_usage() {
       "  --json FILE        also write the results as JSON (rank 0)\n"
       "  --timeout-ms T     deadline of each operation (default 120000)\n"
       "  --check, --no-check  verify results (default: on)\n"
+      "  --metrics M        the library's op metrics: on, off, or both: iterations\n"
+      "                     alternate off and on, and a table compares the medians\n"
+      "                     (default: as TAIJI_METRICS says)\n"
       "  -h, --help         show this help\n"
       "\n"
       "Sizes take K, M and G suffixes (powers of 1024). Values may also be given as\n"
@@ -263,7 +266,8 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
     static constexpr std::string_view kValued[] = {
         "--op",    "-b",      "--min-bytes", "-e",     "--max-bytes",  "-f",
         "--step-factor", "--dtype", "--redop", "-n", "--iters", "-w", "--warmup",
-        "--topology", "--root", "--csv", "--json", "--timeout-ms", "--swap-at", "--swap-to"};
+        "--topology", "--root", "--csv", "--json", "--timeout-ms", "--swap-at", "--swap-to",
+        "--metrics"};
     if (std::find(std::begin(kValued), std::end(kValued), key) == std::end(kValued)) {
       return fail("unknown option " + std::string(arg) + " (see --help)");
     }
@@ -328,6 +332,11 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
     } else if (key == "--json") {
       if (value.empty()) return bad("expected a file name");
       o.json_path = value;
+    } else if (key == "--metrics") {
+      if (value == "on") o.metrics = MetricsMode::kOn;
+      else if (value == "off") o.metrics = MetricsMode::kOff;
+      else if (value == "both") o.metrics = MetricsMode::kBoth;
+      else return bad("expected on, off or both");
     } else if (key == "--timeout-ms") {
       if (!parse_int(value, 1, std::numeric_limits<int64_t>::max(), &n)) {
         return bad("expected a positive number of milliseconds");
@@ -357,6 +366,9 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
     return reject("--swap-at " + std::to_string(*o.swap_at) +
                   " must be below the number of iterations (" +
                   std::to_string(o.iters.value_or(kDefaultSwapIters)) + ", see --iters)");
+  }
+  if (o.metrics == MetricsMode::kBoth && (o.swap_at || !o.sweep_topologies.empty())) {
+    return reject("--metrics both compares plain size sweeps; drop --swap-at and --sweep-topologies");
   }
   if (redop_given && o.op != OpKind::kAllreduce) {
     *error = std::string("--redop applies to allreduce only, not ") + op_name(o.op);

@@ -153,6 +153,26 @@ void print_footer(const RunInfo& info, const std::vector<Row>& rows, bool all_ok
   std::fflush(stdout);
 }
 
+void print_metrics_comparison(const RunInfo& info, const std::vector<Row>& rows) {
+  const int world = info.world;
+  auto busbw = [&](uint64_t bytes, double us) {
+    if (us <= 0) return 0.0;
+    double algbw = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
+    return info.options->op == OpKind::kAllreduce ? algbw * 2.0 * (world - 1) / world : algbw;
+  };
+  std::printf("#\n# metrics off vs on: medians of alternating iterations (slowest peer each)\n");
+  std::printf("# %12s %8s %12s %12s %12s %12s %9s\n", "size(B)", "iters", "off(us)", "on(us)",
+              "off busbw", "on busbw", "time +%");
+  for (const Row& r : rows) {
+    if (!r.compared) continue;
+    const double change = r.off_us > 0 ? (r.on_us - r.off_us) / r.off_us * 100 : 0;
+    std::printf("  %12llu %8d %12.1f %12.1f %12.4f %12.4f %+8.2f%%\n",
+                static_cast<unsigned long long>(r.bytes), r.iters, r.off_us, r.on_us,
+                busbw(r.bytes, r.off_us), busbw(r.bytes, r.on_us), change);
+  }
+  std::fflush(stdout);
+}
+
 void print_sweep_table(const RunInfo& info, const std::vector<std::string>& names,
                        const std::vector<uint64_t>& digests,
                        const std::vector<std::vector<Row>>& rows, bool all_ok) {

@@ -62,6 +62,10 @@ class Bench {
     // A per-op topology would override the swapped one, so a swap run leaves the choice
     // to the peer and starts it on --topology through the config instead.
     if (!o.swap_at) use_topology(o.topology);
+    if (o.metrics == MetricsMode::kOn || o.metrics == MetricsMode::kOff) {
+      ok(taiji_metrics_set_enabled(peer_, o.metrics == MetricsMode::kOn ? 1 : 0),
+         "taiji_metrics_set_enabled");
+    }
   }
 
   // Runs every later op on `name` (empty: the peer's choice). Op names then carry it, so
@@ -124,15 +128,29 @@ class Bench {
     }
     row.iters = o_.iters ? *o_.iters : adaptive_iters(warm, bytes, tag);
 
+    // --metrics both: even iterations run with metrics off, odd ones on, so that both
+    // see the same drift in machine load.
+    const bool compare = o_.metrics == MetricsMode::kBoth;
+    if (compare) row.iters += row.iters % 2;
     std::vector<double> times(static_cast<size_t>(row.iters));
-    for (double& t : times) {
+    for (size_t i = 0; i < times.size(); ++i) {
+      if (compare) ok(taiji_metrics_set_enabled(peer_, static_cast<int>(i % 2)), "taiji_metrics_set_enabled");
       auto start = std::chrono::steady_clock::now();
       run_op(op_name_str.c_str(), row.count);
-      t = seconds_since(start);
+      times[i] = seconds_since(start);
     }
+    if (compare) ok(taiji_metrics_set_enabled(peer_, 1), "taiji_metrics_set_enabled");
     // Peers' clocks are not compared: each iteration counts as long as it took on the
     // slowest peer, which is what a training step waiting on the op would see.
     allreduce("bench.times." + tag, times.data(), times.size(), TAIJI_F64, TAIJI_MAX);
+    if (compare) {
+      std::vector<double> off;
+      std::vector<double> on;
+      for (size_t i = 0; i < times.size(); ++i) (i % 2 ? on : off).push_back(times[i]);
+      row.compared = true;
+      row.off_us = median(off) * 1e6;
+      row.on_us = median(on) * 1e6;
+    }
 
     row.time_us = median(times) * 1e6;
     row.min_us = *std::min_element(times.begin(), times.end()) * 1e6;
@@ -547,6 +565,7 @@ int run(const Options& o) {
       print_sweep_table(info, o.sweep_topologies, sweep_digests, per_topo, all_ok);
     } else {
       print_footer(info, rows, all_ok);
+      if (o.metrics == MetricsMode::kBoth) print_metrics_comparison(info, rows);
     }
     if (!write_files(o, info, rows, o.swap_at ? &swap : nullptr, all_ok)) code = 2;
   }
