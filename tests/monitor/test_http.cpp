@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <string>
@@ -67,7 +68,7 @@ taiji::Result<taiji::Config> resolve(std::map<std::string, std::string> env) {
 }  // namespace
 
 TEST_CASE("GET /metrics returns the rendered text; other requests get errors", "[http]") {
-  int renders = 0;
+  std::atomic<int> renders{0};  // bumped on the server's thread
   auto server = MetricsServer::start("127.0.0.1", 0, [&] {
     renders++;
     return std::string("taiji_x{rank=\"0\"} 1\n");
