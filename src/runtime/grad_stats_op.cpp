@@ -22,6 +22,7 @@ struct Join {
   bool posted = false;
 
   std::shared_ptr<GradStats> stats;
+  Metrics* metrics = nullptr;          // the peer's: the estimates are published there
   std::string name;
   DType dtype = DType::F32;
   RedOp redop = RedOp::Sum;
@@ -63,9 +64,26 @@ struct Join {
         }
         v.l2 = std::sqrt(l2);
         stats->add_tensor(name, local_mean, global_sq, &v);
+        metrics->set_gauge("taiji_grad_variance_l2", {{"name", name}}, v.l2,
+                           "L2 norm of the element-wise gradient variance across peers, last step.");
       }
+      publish();
     }
     request->complete(status);
+  }
+
+  void publish() const {
+    const NoiseScaleEstimate e = stats->estimate();
+    const bool defined = e.state == EstimateState::Defined;
+    const double nan = std::nan("");
+    metrics->set_gauge("taiji_grad_noise_scale", {}, defined ? e.noise_scale : nan,
+                       "Gradient noise scale B_simple = tr(Sigma)/|G|^2 (McCandlish et al.).");
+    metrics->set_gauge("taiji_grad_snr", {}, defined ? e.snr : nan,
+                       "Gradient signal-to-noise ratio at the current global batch.");
+    metrics->set_gauge("taiji_grad_signal_sq_norm", {}, e.g2, "Smoothed estimate of |G|^2.");
+    metrics->set_gauge("taiji_grad_noise_trace", {}, e.trace_sigma, "Smoothed estimate of tr(Sigma).");
+    metrics->set_gauge("taiji_grad_stats_steps", {}, static_cast<double>(e.steps),
+                       "Steps folded into the gradient statistics.");
   }
 };
 
@@ -154,6 +172,7 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
   }
   auto join = std::make_shared<Join>();
   join->stats = stats;
+  join->metrics = &peer.metrics();
   join->name = args.name;
   join->dtype = args.dtype;
   join->redop = args.redop;

@@ -181,6 +181,15 @@ TEST_CASE("grad stats: the noise scale of synthetic gradients is within 5% of th
     failures.expect(rank, r.steps == kSteps, "steps " + std::to_string(r.steps));
     failures.expect(rank, std::fabs(r.noise_scale / truth - 1) < 0.05,
                     "noise scale " + std::to_string(r.noise_scale) + ", truth " + std::to_string(truth));
+    // The same estimate appears in the peer's metrics.
+    size_t needed = 0;
+    taiji_metrics_json(peer, nullptr, 0, &needed);
+    std::string json(needed + 4096, '\0');
+    if (failures.expect_status(rank, "metrics", taiji_metrics_json(peer, json.data(), json.size(), &needed), TAIJI_OK)) {
+      failures.expect(rank, json.find("taiji_grad_noise_scale") != std::string::npos &&
+                                json.find("taiji_grad_snr") != std::string::npos,
+                      "the metrics lack the gradient statistics");
+    }
     taiji_grad_stats_destroy(stats);
   });
   failures.add_all(lines);
