@@ -112,7 +112,7 @@ ok "a missing program exits 127"
 start_bg() {
   "$RUN" -np 2 --no-tag "$@" sh -c 'echo $$; exec sleep 30' >"$TMP/out" 2>"$TMP/err" </dev/null &
   LAUNCHER=$!
-  for ((i = 0; i < 100; i++)); do
+  for ((i = 0; i < 600; i++)); do  # up to 60 s on a loaded machine
     [ "$(wc -l <"$TMP/out")" -ge 2 ] && return 0
     sleep 0.1
   done
