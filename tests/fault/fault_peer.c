@@ -298,7 +298,8 @@ int main(int argc, char **argv) {
   pthread_t holders[3], aborter;
   int holding = abort_after >= 0;
   if (holding) {
-    int32_t v = 1;
+    /* The async op owns its buffer until it completes, long after this block: static. */
+    static int32_t v = 1;
     taiji_op_options_t opt = options_for(NULL);
     if (taiji_allreduce(peer, "hold/async", &v, &v, 1, TAIJI_I32, TAIJI_SUM, &opt, &hold_req) != TAIJI_OK) {
       say("hold-failed text=%s", last_error_text());
