@@ -47,7 +47,8 @@ std::string check_allreduce(taiji::Peer& a, taiji::Peer& b, const std::string& n
                             uint64_t round, uint64_t count = 64);
 
 // Resident set size in bytes, read after malloc_trim(0) so memory freed back to glibc's
-// arenas but not yet returned to the system does not count as growth.
+// arenas but not yet returned to the system does not count as growth. Under
+// AddressSanitizer: the heap bytes still allocated (its quarantine inflates the RSS).
 size_t resident_bytes();
 constexpr size_t kMiB = 1 << 20;
 
