@@ -26,7 +26,8 @@ run_job() {  # run_job NAME ENV-FOR-RANK-FUNCTION
   rm -rf "$out"
 }
 
-P=$(port)
+# torchrun-style: the rendezvous listens on MASTER_PORT + 1, so that is the port to find free.
+P=$(( $(port) - 1 ))
 torchrun_env() { echo "RANK=$1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$P TAIJI_JOB_ID=tr$P TAIJI_INIT_TIMEOUT_MS=20000"; }
 run_job "torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT" torchrun_env
 

@@ -68,7 +68,7 @@ OpBuffers prepare(const AsyncOp& o, int rank) {
     b.out = std::make_unique<GuardedBuffer>(bytes, 0xEE);
     b.expected.resize(bytes);
     fill_bytes(o.rc.salt, b.expected.data(), bytes);
-    if (rank == o.root) std::memcpy(b.out->data(), b.expected.data(), bytes);
+    if (rank == o.root && bytes > 0) std::memcpy(b.out->data(), b.expected.data(), bytes);
   }
   return b;
 }

@@ -58,7 +58,7 @@ void run_plan(int n, const std::vector<Case>& plan) {
       std::vector<uint8_t> expected(bytes);
       fill_bytes(c.salt, expected.data(), bytes);
       GuardedBuffer buf(bytes, static_cast<uint8_t>(0x11 * (rank + 1)));
-      if (rank == c.root) std::memcpy(buf.data(), expected.data(), bytes);
+      if (rank == c.root && bytes > 0) std::memcpy(buf.data(), expected.data(), bytes);
       taiji_op_options_t opt = op_options(kOpTimeoutMs, c.topology);
       taiji_status_t s = taiji_broadcast(peer, c.name.c_str(), buf.data(), c.count, c.dtype,
                                          c.root, &opt, nullptr);
@@ -129,7 +129,7 @@ TEST_CASE("broadcast: receivers that post late still get large payloads", "[broa
       std::vector<uint8_t> expected(bytes);
       fill_bytes(salt_of(name), expected.data(), bytes);
       GuardedBuffer buf(bytes, 0x5A);
-      if (rank == root) std::memcpy(buf.data(), expected.data(), bytes);
+      if (rank == root && bytes > 0) std::memcpy(buf.data(), expected.data(), bytes);
       if (rank != root) std::this_thread::sleep_for(std::chrono::milliseconds(200));
       taiji_op_options_t opt = op_options(kLateTimeoutMs, topology);
       auto start = Clock::now();
@@ -163,7 +163,7 @@ TEST_CASE("broadcast: a root may finalize once its broadcast completed", "[broad
     std::vector<uint8_t> expected(bytes);
     fill_bytes(salt_of("finalizing-root"), expected.data(), bytes);
     GuardedBuffer buf(bytes, 0x5A);
-    if (rank == 0) std::memcpy(buf.data(), expected.data(), bytes);
+    if (rank == 0 && bytes > 0) std::memcpy(buf.data(), expected.data(), bytes);
     if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     taiji_op_options_t opt = op_options(kLateTimeoutMs);
     taiji_status_t s = taiji_broadcast(peer, "finalizing-root", buf.data(), bytes, TAIJI_U8, 0, &opt, nullptr);
