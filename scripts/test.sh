@@ -1,25 +1,77 @@
 #!/bin/bash
-# Sets up and builds (scripts/setup.sh), runs the whole test suite, and ends with one
-# line "N passed, N failed" counted from Meson's test log.
+# Sets up and builds (scripts/setup.sh), runs the whole test suite, then the sanitizer
+# passes (scripts/sanitize.sh: the whole suite under ASan + UBSan, the multi-peer, process
+# and monitor tests under TSan), and ends with one line "N passed, N failed" counted from
+# Meson's test logs of every pass. Arguments go to every pass's `meson test`.
+#
+# TAIJI_SANITIZE picks the sanitizer passes: "asan,tsan", "asan", "tsan" or "none".
+# Unset, CI runs both and a local run none (they take most of 20 minutes on 2 cores).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
-meson test -C build --print-errorlogs --num-processes 1 "$@"
-status=$?
-python3 - build/meson-logs/testlog.json <<'PY'
+
+case ${CI:-} in
+  "" | 0 | false | no) default=none ;;
+  *) default=asan,tsan ;;
+esac
+IFS=', ' read -r -a sanitizers <<<"${TAIJI_SANITIZE:-$default}"
+
+status=0
+logs=()
+run_pass() {  # run_pass NAME BUILD-DIR COMMAND...: runs one pass, remembers its test log
+  local name=$1 dir=$2 t0 rc=0
+  shift 2
+  t0=$(date +%s)
+  rm -f "$dir/meson-logs/testlog.json"
+  "$@" || rc=$?
+  [ $rc = 0 ] || status=1
+  echo "test: $name pass took $(($(date +%s) - t0)) s"
+  logs+=("$name=$rc=$dir/meson-logs/testlog.json")
+}
+
+plain() {
+  local t0
+  t0=$(date +%s)
+  scripts/setup.sh || return 1
+  echo "test: plain: built in $(($(date +%s) - t0)) s"
+  meson test -C build --print-errorlogs --num-processes 1 "$@"
+}
+run_pass plain build plain "$@"
+for s in "${sanitizers[@]}"; do
+  case $s in
+    none) ;;
+    asan | tsan) run_pass "$s" "build-$s" scripts/sanitize.sh "$s" "$@" ;;
+    *)
+      echo "test: unknown sanitizer '$s' in TAIJI_SANITIZE (asan, tsan or none)" >&2
+      logs+=("$s=1=/nonexistent")
+      status=1
+      ;;
+  esac
+done
+
+# A failed pass without a test log did not get as far as its tests (set-up or build
+# failed): it counts as one failure.
+python3 - "${logs[@]}" <<'PY'
 import json, sys
 passed = failed = skipped = 0
-for line in open(sys.argv[1]):
-    line = line.strip()
-    if not line:
+for arg in sys.argv[1:]:
+    name, rc, path = arg.split("=", 2)
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        if rc != "0":
+            print(f"FAILED {name}: set-up or build")
+            failed += 1
         continue
-    result = json.loads(line).get("result", "")
-    if result in ("OK", "EXPECTEDFAIL"):
-        passed += 1
-    elif result == "SKIP":
-        skipped += 1
-    else:
-        failed += 1
+    for line in filter(None, map(str.strip, lines)):
+        test = json.loads(line)
+        result = test.get("result", "")
+        if result in ("OK", "EXPECTEDFAIL"):
+            passed += 1
+        elif result == "SKIP":
+            skipped += 1
+        else:
+            failed += 1
+            print(f"FAILED {name}: {test.get('name', '?')} ({result})")
 print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
 PY
 exit $status
