@@ -27,7 +27,11 @@ common=(-Doptimization=1 -Ddebug=true -Db_lundef=false)
 # the test learns to allow for it; the plain pass still runs them.
 # install-pkgconfig builds the C consumer with plain `cc` against the installed library,
 # and a sanitized library needs the sanitizer runtime in the executable.
+# fault-sigstop-large-rank2 checks that every op after a SIGSTOP times out on its own
+# deadline; ASan's slowdown spreads the posts so far apart that the first timeout's link cut
+# turns the later ones into PEER_LOST (right, but not what that test's timing checks).
 skip="install-pkgconfig"
+[ "$pass" = asan ] && skip="$skip fault-sigstop-large-rank2"
 skip_suites=""
 case $pass in
   asan)
