@@ -170,6 +170,7 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
     return invalid("op name too long to carry statistics (at most " +
                    std::to_string(cap - std::string(kNormPrefix).size()) + " bytes)");
   }
+  const bool variance = stats->config().element_variance;
   auto join = std::make_shared<Join>();
   join->stats = stats;
   join->metrics = &peer.metrics();
@@ -183,14 +184,14 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
   join->scale2 = scale * scale;
   // Before posting: with sendbuf == recvbuf the reduction overwrites the input.
   if (args.count > 0) join->local_sq = squared_norm(args.dtype, args.send, args.count) / join->scale2;
-  if (stats->config().element_variance) {
+  if (variance) {
     join->squares.resize(args.count);
     for (size_t i = 0; i < args.count; ++i) {
       const double v = element_as_f64(args.dtype, args.send, i);
       join->squares[i] = v * v;
     }
   }
-  join->pending = stats->config().element_variance ? 3 : 2;
+  join->pending = variance ? 3 : 2;
 
   RequestState::Callback user_callback = std::move(args.callback);
   const std::string name = args.name;
@@ -217,7 +218,8 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
     if (!r.is_ok()) join->done(r.status());
   };
   post_companion(kNormPrefix, &join->local_sq, &join->local_sq_sum, 1);
-  if (join->pending == 3) {
+  // Not join->pending: the reductions already posted may be ending on the I/O thread.
+  if (variance) {
     post_companion(kSquaresPrefix, join->squares.data(), join->squares.data(), join->squares.size());
   }
   bool finished;
