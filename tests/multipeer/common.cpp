@@ -529,4 +529,10 @@ bool await_calls(const CallbackLog& log, int want, std::chrono::milliseconds lim
   return log.calls.load() == want;
 }
 
+bool in_quick_range(int n, int quick_max) {
+  const char* quick = std::getenv("TAIJI_TEST_QUICK");
+  const bool on = quick != nullptr && *quick != 0 && std::string(quick) != "0";
+  return !on || n <= quick_max;
+}
+
 }  // namespace taiji_test

@@ -89,6 +89,11 @@ taiji_status_t wait_bounded(taiji_peer_t* peer, taiji_request_t* request, int64_
 // Options with a deadline, so a hang becomes a failure rather than a stuck test.
 taiji_op_options_t op_options(int64_t timeout_ms = 20000, const char* topology = nullptr);
 
+// TAIJI_TEST_QUICK set (and not 0): the sweeps over world sizes stop at `quick_max` peers.
+// The sanitizer passes set it: they run 3-10x slower, and the races and memory errors they
+// look for do not depend on how many of the larger sizes run (the plain pass runs them).
+bool in_quick_range(int n, int quick_max = 4);
+
 // A byte buffer with a guard zone after `bytes` whose pattern must survive every op.
 // Sets an environment variable for the guard's lifetime, then restores the previous value
 // or its absence. The environment is process-wide and peers read it in taiji_peer_init, so
