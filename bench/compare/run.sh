@@ -98,7 +98,7 @@ iters_for() {  # iters_for SIZE
 }
 
 LOGN=0
-log_file() { LOGN=$((LOGN + 1)); echo "$OUT/$(printf %03d $LOGN)-$1.log"; }
+next_log() { LOGN=$((LOGN + 1)); LOG="$OUT/$(printf %03d $LOGN)-$1.log"; }
 FAILED=0
 failed() { FAILED=1; note "$1 failed (exit $2); log: $3"; tail -5 "$3" >&2; }
 
@@ -107,7 +107,7 @@ taiji() {
   local case=$1 np=$2 iters=$3; shift 3
   local cpu=() n log json=
   for n in "$iters" 1; do
-    log=$(log_file "taiji-$case-$n")
+    next_log "taiji-$case-$n"; log=$LOG
     json=${json:-$log.json}
     if ! /usr/bin/time -f '%U %S' -o "$log.time" timeout -k 10 $((JOB_TIMEOUT + 30)) \
         "$RUN" -np "$np" --timeout "$JOB_TIMEOUT" "$BENCH" "$@" --iters "$n" --warmup $WARMUP \
@@ -128,7 +128,7 @@ peer_flags() {  # peer_flags SIZE [ITERS]
 mpi() {
   [ $HAVE_MPI = 1 ] || return 0
   local case=$1 np=$2 btl=$3 op=$4 size=$5 iters=${6:-} log
-  log=$(log_file "mpi-$case")
+  next_log "mpi-$case"; log=$LOG
   if timeout -k 10 "$JOB_TIMEOUT" "${MPIRUN[@]}" -np "$np" --mca btl "$btl" "$MPI" --op "$op" \
       $(peer_flags "$size" "$iters") >"$log" 2>&1; then
     $PY "$HERE/results.py" tag "$case" <"$log" >>"$RES"
@@ -144,7 +144,7 @@ ranks() {
   local store pids=() r rc=0 log
   store=$(mktemp -d "$OUT/store.XXXXXX")
   [ "$kind" = file ] && store=$store/rdv
-  log=$(log_file "$name-$case")
+  next_log "$name-$case"; log=$LOG
   for r in $(seq 0 $((np - 1))); do
     GLOO_SOCKET_IFNAME=lo timeout -k 10 "$JOB_TIMEOUT" "$@" --rank "$r" --world "$np" \
       --store "$store" >"$log.$r" 2>&1 </dev/null &
