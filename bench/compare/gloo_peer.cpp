@@ -143,7 +143,14 @@ int run(const Options& o) {
       }
     }
   }
+  // Gloo sends asynchronously and its barrier does not wait for them, so a rank leaving
+  // right after the last barrier can close a connection another rank is still reading
+  // ("Connection closed by peer"). Leave only once every rank has finished all its ops.
   gloo::BarrierAllToAll(base).run();
+  store.set("done/" + std::to_string(o.rank), {1});
+  std::vector<std::string> done;
+  for (int r = 0; r < o.world; ++r) done.push_back("done/" + std::to_string(r));
+  store.wait(done, std::chrono::seconds(120));
   return all_ok ? 0 : 1;
 }
 

@@ -6,7 +6,9 @@
       ranks) of a run with ITERS timed iterations minus those of a run with one, so start-up,
       warm-up and checks cancel out
   results.py tag CASE < lines                    adds "case" to a peer's JSON lines
-  results.py table RESULTS.jsonl OUT_PREFIX      prints the table; writes OUT_PREFIX.csv/.json
+  results.py table RESULTS.jsonl OUT_PREFIX [RATE]  prints the table; writes
+      OUT_PREFIX.csv/.json; RATE (tc syntax, e.g. 1gbit): the netns link rate, to give
+      the netns rows' busbw as a fraction of it
 
 Every row is one JSON object: case, impl (taiji, gloo, mpi, torch), algo, op, world_size,
 size_bytes, iters, time_us (median over iterations of the slowest rank), busbw_gbps
@@ -63,7 +65,19 @@ def best_rows(rows):
     return best
 
 
-def table(path, prefix):
+def link_gbps(rate):
+    """tc's rate syntax (1gbit, 250mbit) in GB/s; None if it is not one."""
+    units = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3, "bit": 1}
+    for u, scale in units.items():
+        if rate.endswith(u):
+            try:
+                return float(rate[:-len(u)]) * scale / 8 / 1e9
+            except ValueError:
+                return None
+    return None
+
+
+def table(path, prefix, rate=None):
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     failed = [r for r in rows if r.get("check") == "FAIL"]
@@ -122,6 +136,13 @@ def table(path, prefix):
     print("busbw in GB/s (nccl-tests), latency rows (4 B, 4 KiB and barrier) in us; taiji/X > 1:"
           " taiji faster.\ncpu: GB per CPU-second (bandwidth rows) or CPU us per op (latency"
           " rows), summed over ranks.")
+    link = link_gbps(rate) if rate else None
+    for e in out:
+        if link and e["case"] == "netns" and e["metric"] == "busbw_gbps":
+            e["link_gbps"] = link
+            shares = ", ".join(f"{i} {e[i] / link:.0%}" for i in impls if e.get(i))
+            print(f"netns {e['op']} {fmt_size(e['size_bytes'])}: busbw / link rate ({rate}):"
+                  f" {shares}")
     for r in failed:
         print(f"WRONG RESULT: {r['impl']} {r.get('algo')} {r['case']} {r['op']} "
               f"{r['size_bytes']} B (left out of the table)")
@@ -140,8 +161,8 @@ def main():
         taiji_row(*sys.argv[2:])
     elif len(sys.argv) == 3 and sys.argv[1] == "tag":
         tag(sys.argv[2])
-    elif len(sys.argv) == 4 and sys.argv[1] == "table":
-        return table(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "table":
+        return table(*sys.argv[2:])
     else:
         print(__doc__, file=sys.stderr)
         return 2

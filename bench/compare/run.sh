@@ -208,7 +208,7 @@ fi
 
 echo
 echo "== results (run took $((SECONDS - start)) s; rows in $RES)"
-$PY "$HERE/results.py" table "$RES" "$OUT/table" || FAILED=1
+$PY "$HERE/results.py" table "$RES" "$OUT/table" "$RATE" || FAILED=1
 $PY "$HERE/plot.py" "$RES" "$OUT/busbw" || note "no plot"
 [ -s "$OUT/notes.txt" ] && { echo "notes:"; sed 's/^/  /' "$OUT/notes.txt"; }
 exit $FAILED
