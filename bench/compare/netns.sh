@@ -51,7 +51,7 @@ echo "-- netns: $HOSTS hosts at $RATE, one rank each; allreduce $NETNS_ALLREDUCE
 ADDRS=$(for i in $(seq 1 $HOSTS); do printf '10.251.0.%s,' "$i"; done)
 ADDRS=${ADDRS%,}
 LOGN=0
-next_log() { LOGN=$((LOGN + 1)); LOG="$OUT/netns-$(printf %02d $LOGN)-$1.log"; }
+next_log() { LOGN=$((LOGN + 1)); LOG="$OUT/netns-r${ROUND:-1}-$(printf %02d $LOGN)-$1.log"; }
 
 # on_hosts LOG CMD...: CMD once per host, in host I's namespace, with I for @I@ and I-1 (the
 # rank) for @R@,

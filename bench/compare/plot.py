@@ -2,33 +2,27 @@
 """busbw against message size for taiji and its peers, one panel per bandwidth case.
 
 Usage: plot.py RESULTS.jsonl OUT_PREFIX   writes OUT_PREFIX.png (matplotlib) or, without
-matplotlib, OUT_PREFIX.svg drawn by hand. Rows as bench/compare/run.sh writes them; per
-implementation the best algorithm of each size (Gloo reports several).
+matplotlib, OUT_PREFIX.svg drawn by hand. Rows as bench/compare/run.sh writes them, chosen
+as in its table (results.py): the median round, the best algorithm.
 """
 import json
 import math
 import sys
+
+import results
 
 COLORS = {"taiji": "#d62728", "gloo": "#1f77b4", "mpi": "#2ca02c", "torch": "#ff7f0e"}
 
 
 def series(path):
     """{panel title: {impl: [(size, busbw)]}} for the bandwidth rows (above 4 KiB)."""
-    best = {}
     with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            if r["op"] == "barrier" or r["size_bytes"] <= 4096 or r.get("check") == "FAIL":
-                continue
-            key = (r["case"], r["op"], r["world_size"], r["impl"], r["size_bytes"])
-            if key not in best or r["busbw_gbps"] > best[key]:
-                best[key] = r["busbw_gbps"]
+        rows = [json.loads(line) for line in f if line.strip()]
     panels = {}
-    for (case, op, n, impl, size), bw in sorted(best.items()):
-        title = f"{case}: {op}, n={n}"
-        panels.setdefault(title, {}).setdefault(impl, []).append((size, bw))
+    for (case, op, n, size, impl), r in sorted(results.best_rows(rows).items()):
+        if op != "barrier" and size > 4096:
+            panels.setdefault(f"{case}: {op}, n={n}", {}).setdefault(impl, []).append(
+                (size, r["busbw_gbps"]))
     return panels
 
 

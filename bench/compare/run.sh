@@ -14,6 +14,8 @@
 #              when taiji-bench has such a mode)
 #     netns    4 emulated hosts at RATE (1gbit) from ../shared/tools/netns-cluster: allreduce
 #              16 and 64 MiB, broadcast 64 MiB; taiji, Gloo, MPI (needs root)
+#   --repeat R    run all cases R times, one round after the other (default 1); the table
+#                 gives each implementation's median over the rounds
 #   --build DIR   taiji build directory (default build)
 #   --out DIR     where the logs and results go (default: a new directory under /tmp)
 # Writes OUT/results.jsonl (every row), OUT/table.csv and OUT/table.json, OUT/busbw.png (or
@@ -28,10 +30,11 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE=$ROOT/bench/compare
-BUILD=build QUICK=0 CASES=tcp,shm,latency,fusion,netns OUT=
+BUILD=build QUICK=0 REPEAT=1 CASES=tcp,shm,latency,fusion,netns OUT=
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
+    --repeat) REPEAT=$2; shift ;;
     --cases) CASES=$2; shift ;;
     --build) BUILD=$2; shift ;;
     --out) OUT=$2; shift ;;
@@ -61,6 +64,7 @@ die() { echo "run.sh: $*" >&2; exit 2; }
 note() { echo "run.sh: $*" | tee -a "$OUT/notes.txt" >&2; }
 has_case() { [[ ,$CASES, = *,$1,* ]]; }
 [ -x "$RUN" ] && [ -x "$BENCH" ] || die "no $RUN or $BENCH; build first: meson setup build && ninja -C build"
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || die "--repeat takes a positive number"
 [ -x /usr/bin/time ] || die "needs /usr/bin/time (apt-get install time)"
 
 # Which peers are there; a missing one loses its column, with the reason.
@@ -168,43 +172,46 @@ echo "== taiji $(git -C "$ROOT" describe --always --dirty 2>/dev/null) vs Gloo, 
 start=$SECONDS
 
 # Sizes interleave implementations, so drift in machine load hits all of them alike.
-if has_case tcp; then
-  echo "-- tcp: n=4 allreduce over loopback TCP ($BIG_SIZES)"
-  for s in $BIG_SIZES; do
-    TAIJI_SHM=off taiji tcp 4 "$(iters_for "$s")" --op allreduce -b "$s" -e "$s"
-    gloo tcp 4 allreduce "$s"
-    mpi tcp 4 tcp,self allreduce "$s"
-    torch tcp 4 allreduce "$s"
-  done
-fi
-if has_case shm; then
-  for np in 2 4; do
-    echo "-- shm: n=$np allreduce, taiji default vs MPI vader ($SHM_SIZES)"
-    for s in $SHM_SIZES; do
-      taiji shm$np "$np" "$(iters_for "$s")" --op allreduce -b "$s" -e "$s"
-      mpi shm$np "$np" vader,self allreduce "$s"
+for round in $(seq 1 "$REPEAT"); do
+  [ "$REPEAT" = 1 ] || echo "== round $round of $REPEAT"
+  if has_case tcp; then
+    echo "-- tcp: n=4 allreduce over loopback TCP ($BIG_SIZES)"
+    for s in $BIG_SIZES; do
+      TAIJI_SHM=off taiji tcp 4 "$(iters_for "$s")" --op allreduce -b "$s" -e "$s"
+      gloo tcp 4 allreduce "$s"
+      mpi tcp 4 tcp,self allreduce "$s"
+      torch tcp 4 allreduce "$s"
     done
-  done
-fi
-if has_case latency; then
-  echo "-- latency: n=2 allreduce 4 B, n=4 barrier ($LAT_ITERS iterations)"
-  taiji lat 2 "$LAT_ITERS" --op allreduce -b 4 -e 4
-  gloo lat 2 allreduce 4 "$LAT_ITERS"
-  mpi lat 2 tcp,self allreduce 4 "$LAT_ITERS"
-  torch lat 2 allreduce 4 "$LAT_ITERS"
-  taiji lat 4 "$LAT_ITERS" --op barrier
-  gloo lat 4 barrier 4 "$LAT_ITERS"
-  mpi lat 4 tcp,self barrier 4 "$LAT_ITERS"
-  torch lat 4 barrier 4 "$LAT_ITERS"
-fi
-if has_case fusion; then
-  "$HERE/fusion.sh" "$BUILD" "$OUT" || FAILED=1
-fi
-if has_case netns; then
-  NETNS_ALLREDUCE=$NETNS_ALLREDUCE NETNS_BROADCAST=$NETNS_BROADCAST NETNS_ITERS=$NETNS_ITERS \
-    HAVE_GLOO=$HAVE_GLOO HAVE_MPI=$HAVE_MPI WARMUP=$WARMUP JOB_TIMEOUT=$JOB_TIMEOUT \
-    "$HERE/netns.sh" "$BUILD" "$OUT" || FAILED=1
-fi
+  fi
+  if has_case shm; then
+    for np in 2 4; do
+      echo "-- shm: n=$np allreduce, taiji default vs MPI vader ($SHM_SIZES)"
+      for s in $SHM_SIZES; do
+        taiji shm$np "$np" "$(iters_for "$s")" --op allreduce -b "$s" -e "$s"
+        mpi shm$np "$np" vader,self allreduce "$s"
+      done
+    done
+  fi
+  if has_case latency; then
+    echo "-- latency: n=2 allreduce 4 B, n=4 barrier ($LAT_ITERS iterations)"
+    taiji lat 2 "$LAT_ITERS" --op allreduce -b 4 -e 4
+    gloo lat 2 allreduce 4 "$LAT_ITERS"
+    mpi lat 2 tcp,self allreduce 4 "$LAT_ITERS"
+    torch lat 2 allreduce 4 "$LAT_ITERS"
+    taiji lat 4 "$LAT_ITERS" --op barrier
+    gloo lat 4 barrier 4 "$LAT_ITERS"
+    mpi lat 4 tcp,self barrier 4 "$LAT_ITERS"
+    torch lat 4 barrier 4 "$LAT_ITERS"
+  fi
+  if has_case fusion && [ "$round" = 1 ]; then
+    "$HERE/fusion.sh" "$BUILD" "$OUT" || FAILED=1
+  fi
+  if has_case netns; then
+    NETNS_ALLREDUCE=$NETNS_ALLREDUCE NETNS_BROADCAST=$NETNS_BROADCAST NETNS_ITERS=$NETNS_ITERS \
+      HAVE_GLOO=$HAVE_GLOO HAVE_MPI=$HAVE_MPI ROUND=$round WARMUP=$WARMUP JOB_TIMEOUT=$JOB_TIMEOUT \
+      "$HERE/netns.sh" "$BUILD" "$OUT" || FAILED=1
+  fi
+done
 
 echo
 echo "== results (run took $((SECONDS - start)) s; rows in $RES)"
