@@ -34,13 +34,17 @@ std::unique_ptr<gloo::Algorithm> make_algorithm(const Ctx& ctx, Op op, const std
                                                 float* p, size_t count) {
   const int n = static_cast<int>(count);
   const std::vector<float*> ptrs{p};
-  if (op == Op::kBroadcast) return std::make_unique<gloo::BroadcastOneToAll<float>>(ctx, ptrs, count, 0, 0);
+  if (op == Op::kBroadcast) {
+    return std::make_unique<gloo::BroadcastOneToAll<float>>(ctx, ptrs, count, 0, 0);
+  }
   if (op == Op::kBarrier) {
     if (algo == "all_to_one") return std::make_unique<gloo::BarrierAllToOne>(ctx, 0);
     return std::make_unique<gloo::BarrierAllToAll>(ctx);
   }
   if (algo == "ring") return std::make_unique<gloo::AllreduceRing<float>>(ctx, ptrs, n);
-  if (algo == "ring_chunked") return std::make_unique<gloo::AllreduceRingChunked<float>>(ctx, ptrs, n);
+  if (algo == "ring_chunked") {
+    return std::make_unique<gloo::AllreduceRingChunked<float>>(ctx, ptrs, n);
+  }
   if (algo == "halving_doubling") {
     return std::make_unique<gloo::AllreduceHalvingDoubling<float>>(ctx, ptrs, n);
   }

@@ -93,7 +93,9 @@ int main(int argc, char** argv) {
     const int iters = compare::iterations(o, bytes);
     Result r = run_size(o, rank, world, bytes, iters);
     all_ok = all_ok && r.ok;
-    if (rank == 0) compare::print_row(o, "mpi", "default", world, bytes, iters, r.times, r.cpu, r.ok);
+    if (rank == 0) {
+      compare::print_row(o, "mpi", "default", world, bytes, iters, r.times, r.cpu, r.ok);
+    }
   }
   MPI_Finalize();
   return all_ok ? 0 : 1;

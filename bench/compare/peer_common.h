@@ -91,6 +91,7 @@ inline void usage(const char* prog, const char* extra) {
 // through `other`, which returns false for an unknown one.
 template <typename Other>
 bool parse_options(int argc, char** argv, Options* o, Other other) {
+  uint64_t fixed_iters = 0;
   for (int i = 1; i < argc; ++i) {
     std::string key = argv[i];
     if (key == "-h" || key == "--help") return false;
@@ -113,8 +114,7 @@ bool parse_options(int argc, char** argv, Options* o, Other other) {
     } else if (key == "-f" || key == "--step-factor") {
       ok = parse_size(v, &o->factor) && o->factor >= 2;
     } else if (key == "--iters" || key == "-n") {
-      ok = parse_size(v, &n) && n >= 1 && n <= 1000000;
-      o->min_iters = o->max_iters = static_cast<int>(n);
+      ok = parse_size(v, &fixed_iters) && fixed_iters >= 1 && fixed_iters <= 1000000;
     } else if (key == "--iter-bytes") {
       ok = parse_size(v, &o->iter_bytes);
     } else if (key == "--min-iters") {
@@ -137,6 +137,8 @@ bool parse_options(int argc, char** argv, Options* o, Other other) {
       return false;
     }
   }
+  // --iters wins over the --iter-bytes rule wherever it stands.
+  if (fixed_iters != 0) o->min_iters = o->max_iters = static_cast<int>(fixed_iters);
   if (o->min_bytes < 4) o->min_bytes = 4;
   if (o->max_bytes < o->min_bytes || o->min_iters > o->max_iters) {
     std::fprintf(stderr, "%s: empty size or iteration range\n", argv[0]);

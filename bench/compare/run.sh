@@ -125,7 +125,8 @@ taiji() {
 
 # Peers take the same size and iteration flags.
 peer_flags() {  # peer_flags SIZE [ITERS]
-  echo "-b $1 -e $1 --warmup $WARMUP ${2:+--iters $2} --iter-bytes $ITER_BYTES --min-iters $MIN_ITERS --max-iters $MAX_ITERS"
+  echo "-b $1 -e $1 --warmup $WARMUP --iter-bytes $ITER_BYTES --min-iters $MIN_ITERS" \
+    "--max-iters $MAX_ITERS ${2:+--iters $2}"
 }
 
 # mpi CASE NP BTL OP SIZE [ITERS]
