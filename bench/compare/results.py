@@ -124,7 +124,8 @@ def table(path, prefix, rate=None):
                 entry["taiji/" + i] = v / t if latency else t / v
         out.append(entry)
 
-    cols = ["case", "op", "n", "size", "metric"] + impls + ["gloo algo"] + \
+    algo_col = ["gloo algo"] if "gloo" in impls else []
+    cols = ["case", "op", "n", "size", "metric"] + impls + algo_col + \
         ["taiji/" + i for i in impls[1:]] + [i + " cpu" for i in impls]
     lines = [cols]
     for e in out:
@@ -134,7 +135,8 @@ def table(path, prefix, rate=None):
         for i in impls:
             v = e.get(i)
             line.append("-" if v is None else (f"{v:.1f}" if e["metric"] == "time_us" else f"{v:.3f}"))
-        line.append(e.get("gloo_algo", "-"))
+        if algo_col:
+            line.append(e.get("gloo_algo", "-"))
         for i in impls[1:]:
             v = e.get("taiji/" + i)
             line.append("-" if v is None else f"{v:.2f}x")

@@ -3,7 +3,7 @@
 # same sizes, process counts and placement, f32, every result checked, one run, one table.
 #
 # Usage: bench/compare/run.sh [--quick] [--cases LIST] [--build DIR] [--out DIR]
-#   --quick       fewer sizes and iterations (a few minutes)
+#   --quick       fewer sizes and iterations (about 2 minutes)
 #   --cases LIST  comma-separated, default all that apply:
 #     tcp      n=4 allreduce 1..64 MiB over loopback TCP: taiji (TAIJI_SHM=off), Gloo (best
 #              of its algorithms), MPI (btl tcp), torch
