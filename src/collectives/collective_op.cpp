@@ -256,8 +256,8 @@ Status CollectiveOp::target(int src, uint32_t chunk, Stage stage, uint64_t offse
     auto it = std::find(kids.begin(), kids.end(), src);
     if (it == kids.end()) return fail("sender is not a reduce child of this rank");
     size_t idx = static_cast<size_t>(it - kids.begin());
-    if (ch.arrived[idx] || !ch.partials[idx].empty()) return fail("duplicate chunk");
-    ch.partials[idx].resize(bytes);
+    if (ch.arrived[idx] || ch.partials[idx].held()) return fail("duplicate chunk");
+    ch.partials[idx] = ScratchBuffer(bytes);
     *out = ch.partials[idx].data();
     return {};
   }
@@ -295,7 +295,7 @@ void CollectiveOp::delivered(int src, uint32_t chunk, Stage stage, std::vector<C
       const bool last = k + 1 == ch.partials.size();
       reduce_into_counting(spec_.dtype, spec_.redop, chunk_ptr(chunk), ch.partials[k].data(), n,
                            k == 0 ? &before : nullptr, last && result_here ? &after : nullptr);
-      std::vector<uint8_t>().swap(ch.partials[k]);
+      ch.partials[k].release();
     }
     count_local(before);
     if (result_here) count_rooted(after);
@@ -304,7 +304,7 @@ void CollectiveOp::delivered(int src, uint32_t chunk, Stage stage, std::vector<C
   }
   for (auto& partial : ch.partials) {
     if (n > 0) reduce_into(spec_.dtype, spec_.redop, chunk_ptr(chunk), partial.data(), n);
-    std::vector<uint8_t>().swap(partial);
+    partial.release();
   }
   reduced(chunk, out);
 }

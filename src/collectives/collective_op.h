@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/scratch_pool.h"
 #include "collectives/sum_squares.h"
 #include "common/dtype.h"
 #include "common/status.h"
@@ -91,7 +92,7 @@ class CollectiveOp {
     const Graph* reduce = nullptr;
     const Graph* bcast = nullptr;
     // Reduce stages: one partial per reduce child, combined in child order.
-    std::vector<std::vector<uint8_t>> partials;
+    std::vector<ScratchBuffer> partials;
     std::vector<bool> arrived;
     size_t pending = 0;
     // Route: the neighbour this rank receives the block from and forwards it to.
