@@ -110,6 +110,7 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
   op.timeout_ms = static_cast<uint64_t>(args.timeout_ms > 0 ? args.timeout_ms : config_.timeout_ms);
   op.posted_ns = monotonic_ns();
   op.request = std::make_shared<RequestState>(op.version, std::move(args.callback));
+  if (adaptive_) op.request->set_spin(static_cast<uint64_t>(config_.spin_us) * 1000, polling_);
   if (explicit_strategy.strategy) {
     op.spec.strategy = explicit_strategy.strategy;
     op.spec.strategy_id = explicit_strategy.id;
@@ -124,6 +125,7 @@ Status Peer::queue(std::function<void()> task, const std::string& name, uint64_t
     std::lock_guard<std::mutex> lock(inbox_mu_);
     if (!loop_closed_) {
       inbox_.push_back(std::move(task));
+      inbox_nonempty_.store(true, std::memory_order_relaxed);
       task = nullptr;
     }
   }
@@ -131,7 +133,7 @@ Status Peer::queue(std::function<void()> task, const std::string& name, uint64_t
     names_.release(name, version);
     return {Code::Finalized, "peer is finalized or aborted"};
   }
-  uv_async_send(&wake_);
+  wake_loop();
   return {};
 }
 
