@@ -150,7 +150,10 @@ Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
   Status s = queue([this, op] {
     enter([this, op] {
       bind(*op);
+      // The op's Ready and first Data frames to a peer leave in one write.
+      transport_->cork();
       engine_->start(std::move(*op));
+      transport_->uncork();
     });
   }, op->name, op->version);
   if (!s.is_ok()) return s;
