@@ -103,8 +103,9 @@ class Peer {
   // I/O thread: runs the loop; in adaptive mode it polls for a while after traffic
   // before it sleeps in epoll again.
   void run_loop();
-  // I/O thread: one polling window; false once the loop has nothing left to run.
-  bool poll(SpinWindow& window, uint64_t* seen);
+  // I/O thread: one polling window, ended early by bulk reads; false once the loop has
+  // nothing left to run.
+  bool poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes);
   // I/O thread: changes whenever traffic arrives or work was posted.
   uint64_t activity() const { return transport_->read_events() + drained_; }
   void set_error(const Status& s);
