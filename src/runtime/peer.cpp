@@ -17,7 +17,7 @@ constexpr uint64_t kTickMs = 20;
 // More than this read in one loop round is a bulk transfer: the next data is already on
 // its way, a wake-up costs little next to copying and reducing it, and a polling thread
 // would only take CPU time from that work.
-constexpr uint64_t kBulkReadBytes = 256 * 1024;
+constexpr uint64_t kBulkReadBytes = 64 * 1024;
 constexpr uint32_t kClusterVersion = 1;
 // A graceful close that cannot flush its queued writes in this long closes hard.
 constexpr uint64_t kCloseGraceMs = 2000;
@@ -216,7 +216,7 @@ void Peer::run_loop() {
     seen = activity();
     const bool bulk = transport_->read_bytes() - bytes > kBulkReadBytes;
     bytes = transport_->read_bytes();
-    if (!bulk && !poll(window, &seen, &bytes)) return;
+    if (!bulk && large_ops_ == 0 && !poll(window, &seen, &bytes)) return;
   }
 }
 
@@ -231,7 +231,7 @@ bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
       alive = false;
       break;
     }
-    if (transport_->read_bytes() - *bytes > kBulkReadBytes) break;
+    if (large_ops_ > 0 || transport_->read_bytes() - *bytes > kBulkReadBytes) break;
     *bytes = transport_->read_bytes();
     uint64_t now = progress_now_ns();
     if (activity() != *seen) {

@@ -164,6 +164,9 @@ class Peer {
   // it: a waiter spins only while the loop sleeps, one spinner per peer.
   std::shared_ptr<std::atomic<bool>> polling_ = std::make_shared<std::atomic<bool>>(false);
   uint64_t drained_ = 0;                 // I/O thread only: inbox batches run
+  // I/O thread only: ops above the eager size in flight. Polling pays for small ops; while
+  // a large one runs, the loop sleeps, leaving the CPU to its copies and reductions.
+  uint64_t large_ops_ = 0;
 
   mutable std::mutex state_mu_;
   Status sticky_;                        // under state_mu_
