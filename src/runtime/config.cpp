@@ -37,6 +37,10 @@ constexpr int64_t kDefaultMaxPending = 64;
 constexpr int64_t kDefaultStallWarnMs = 10000;
 constexpr int64_t kDefaultFlightRecorderSize = 256;
 constexpr int64_t kMaxFlightRecorderSize = 1 << 20;
+// Long enough to cover a small op's round trip on loopback or a fast LAN, short enough
+// that an idle peer gives its core back within a fraction of a millisecond.
+constexpr int64_t kDefaultSpinUs = 200;
+constexpr int64_t kMaxSpinUs = 1000000;
 constexpr size_t kMinSecretBytes = 16;
 constexpr size_t kMaxSecretBytes = 4096;
 // Below this the per-frame header and syscall overhead dominate the transfer.
@@ -44,6 +48,7 @@ constexpr uint64_t kMinChunkBytes = 4 * kKiB;
 // The frame header carries name_len in 16 bits.
 constexpr uint32_t kMaxNameLenCap = 65535;
 
+constexpr std::array<std::string_view, 2> kProgressModes = {"adaptive", "blocking"};
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
 
@@ -367,6 +372,29 @@ Status resolve_monitoring(Config* c, const EnvLookup& env) {
   return Status::ok();
 }
 
+// How waiting threads wait: the mode and the spin window.
+Status resolve_progress(Config* c, const EnvLookup& env) {
+  std::string source;
+  fill_string(&c->progress, "TAIJI_PROGRESS", "adaptive", env, &source);
+  if (!one_of(c->progress, kProgressModes)) {
+    return config_error("progress mode " + source + " is not one of " + join(kProgressModes));
+  }
+  if (c->spin_us < -1 || c->spin_us > kMaxSpinUs) {
+    return config_error(explicit_source("spin_us", c->spin_us) + " is not in 0.." +
+                        std::to_string(kMaxSpinUs));
+  }
+  if (c->spin_us == -1) {
+    c->spin_us = kDefaultSpinUs;
+    if (const char* v = lookup(env, "TAIJI_SPIN_US")) {
+      uint64_t us = 0;
+      Status s = env_int("TAIJI_SPIN_US", v, 0, kMaxSpinUs, &us);
+      if (!s.is_ok()) return s;
+      c->spin_us = static_cast<int64_t>(us);
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 EnvLookup process_env() {
@@ -423,6 +451,7 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
     }
   }
   if (Status s = resolve_monitoring(&c, env); !s.is_ok()) return s;
+  if (Status s = resolve_progress(&c, env); !s.is_ok()) return s;
   std::string secret_src;
   fill_string(&c.secret_file, "TAIJI_SECRET_FILE", "", env, &secret_src);
   if (!c.secret_file.empty()) {

@@ -14,6 +14,10 @@ namespace taiji {
 namespace {
 
 constexpr uint64_t kTickMs = 20;
+// More than this read in one loop round is a bulk transfer: the next data is already on
+// its way, a wake-up costs little next to copying and reducing it, and a polling thread
+// would only take CPU time from that work.
+constexpr uint64_t kBulkReadBytes = 64 * 1024;
 constexpr uint32_t kClusterVersion = 1;
 // A graceful close that cannot flush its queued writes in this long closes hard.
 constexpr uint64_t kCloseGraceMs = 2000;
@@ -26,7 +30,8 @@ int64_t remaining_ms(std::chrono::steady_clock::time_point deadline) {
 
 }  // namespace
 
-Peer::Peer(const Config& config) : config_(config) {
+Peer::Peer(const Config& config)
+    : config_(config), adaptive_(config_.progress == "adaptive" && config_.spin_us > 0) {
   set_log_level(config_.log_level);
   uv_loop_init(&loop_);
   uv_async_init(&loop_, &wake_, [](uv_async_t* a) { static_cast<Peer*>(a->data)->drain_inbox(); });
@@ -132,7 +137,7 @@ Status Peer::bootstrap() {
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
-    uv_run(&loop_, UV_RUN_DEFAULT);
+    run_loop();
   });
   if (config_.size == 1) return {};
   auto connected = std::make_shared<std::promise<Status>>();
@@ -176,8 +181,13 @@ void Peer::run_on_loop(std::function<void()> fn) {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     if (loop_closed_) return;
     inbox_.push_back(std::move(fn));
+    inbox_nonempty_.store(true, std::memory_order_relaxed);
   }
-  uv_async_send(&wake_);
+  wake_loop();
+}
+
+void Peer::wake_loop() {
+  if (!polling_->load()) uv_async_send(&wake_);
 }
 
 void Peer::drain_inbox() {
@@ -185,8 +195,60 @@ void Peer::drain_inbox() {
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     work.swap(inbox_);
+    inbox_nonempty_.store(false, std::memory_order_relaxed);
   }
+  if (work.empty()) return;
+  ++drained_;
   for (auto& fn : work) fn();
+}
+
+void Peer::run_loop() {
+  if (!adaptive_) {
+    uv_run(&loop_, UV_RUN_DEFAULT);
+    return;
+  }
+  SpinWindow window(static_cast<uint64_t>(config_.spin_us) * 1000);
+  uint64_t seen = activity();
+  uint64_t bytes = transport_->read_bytes();
+  while (uv_run(&loop_, UV_RUN_ONCE) != 0) {
+    // Woken by the tick alone: nothing suggests more traffic soon, so no polling.
+    if (activity() == seen) continue;
+    seen = activity();
+    const bool bulk = transport_->read_bytes() - bytes > kBulkReadBytes;
+    bytes = transport_->read_bytes();
+    if (!bulk && large_ops_ == 0 && !poll(window, &seen, &bytes)) return;
+  }
+}
+
+bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
+  polling_->store(true);
+  bool alive = true;
+  bool paid = false;
+  uint64_t deadline = progress_now_ns() + window.ns();
+  for (;;) {
+    if (inbox_nonempty_.load(std::memory_order_relaxed)) drain_inbox();
+    if (uv_run(&loop_, UV_RUN_NOWAIT) == 0) {
+      alive = false;
+      break;
+    }
+    if (large_ops_ > 0 || transport_->read_bytes() - *bytes > kBulkReadBytes) break;
+    *bytes = transport_->read_bytes();
+    uint64_t now = progress_now_ns();
+    if (activity() != *seen) {
+      *seen = activity();
+      paid = true;
+      window.paid();
+      deadline = now + window.ns();
+    } else if (now >= deadline) {
+      break;
+    }
+    progress_pause();
+  }
+  if (!paid) window.missed();
+  // Posters that saw polling_ set skipped the eventfd: their work is in the inbox now.
+  polling_->store(false);
+  drain_inbox();
+  return alive;
 }
 
 Status Peer::finalize() {

@@ -18,6 +18,7 @@
 #include "runtime/config.h"
 #include "runtime/name_table.h"
 #include "runtime/op_engine.h"
+#include "runtime/progress.h"
 #include "runtime/rendezvous.h"
 #include "topology/selection.h"
 #include "transport/tcp_transport.h"
@@ -98,6 +99,16 @@ class Peer {
   void enter(std::function<void()> start);
   void open_gate();
   void drain_inbox();
+  // After queueing work for the loop: wakes it unless it is polling its inbox anyway.
+  void wake_loop();
+  // I/O thread: runs the loop; in adaptive mode it polls for a while after traffic
+  // before it sleeps in epoll again.
+  void run_loop();
+  // I/O thread: one polling window, ended early by bulk reads; false once the loop has
+  // nothing left to run.
+  bool poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes);
+  // I/O thread: changes whenever traffic arrives or work was posted.
+  uint64_t activity() const { return transport_->read_events() + drained_; }
   void set_error(const Status& s);
   enum class CloseMode {
     Finalize,  // wait (up to the op timeout) for in-flight ops, then close with Bye
@@ -114,6 +125,7 @@ class Peer {
   void dump_flight_recorder(const Status& why);
 
   Config config_;
+  const bool adaptive_;                  // TAIJI_PROGRESS=adaptive with a spin window
   NameTable names_;
   std::vector<int> host_of_;            // host index of every rank
   std::unique_ptr<StrategyCache> strategies_;
@@ -146,6 +158,16 @@ class Peer {
   std::mutex inbox_mu_;
   std::vector<std::function<void()>> inbox_;
   bool loop_closed_ = false;             // under inbox_mu_
+  // Written under inbox_mu_; read without it by the polling loop as a hint.
+  std::atomic<bool> inbox_nonempty_{false};
+  // True while the loop polls: posters then skip the eventfd. The loop clears it, then
+  // drains the inbox once more (under inbox_mu_), so no post goes unseen. Requests share
+  // it: a waiter spins only while the loop sleeps, one spinner per peer.
+  std::shared_ptr<std::atomic<bool>> polling_ = std::make_shared<std::atomic<bool>>(false);
+  uint64_t drained_ = 0;                 // I/O thread only: inbox batches run
+  // I/O thread only: ops above the eager size in flight. Polling pays for small ops; while
+  // a large one runs, the loop sleeps, leaving the CPU to its copies and reductions.
+  uint64_t large_ops_ = 0;
 
   mutable std::mutex state_mu_;
   Status sticky_;                        // under state_mu_

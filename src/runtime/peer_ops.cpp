@@ -4,6 +4,7 @@
 // after it wait, on the I/O thread, until the consensus completes (the gate), then start
 // on whatever topology it settled: so every peer switches at the same point of its op
 // stream, ops already in flight finish on the old graphs, and nothing is lost.
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -111,6 +112,7 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
   op.timeout_ms = static_cast<uint64_t>(args.timeout_ms > 0 ? args.timeout_ms : config_.timeout_ms);
   op.posted_ns = monotonic_ns();
   op.request = std::make_shared<RequestState>(op.version, std::move(args.callback));
+  if (adaptive_) op.request->set_spin(static_cast<uint64_t>(config_.spin_us) * 1000, polling_);
   if (explicit_strategy.strategy) {
     op.spec.strategy = explicit_strategy.strategy;
     op.spec.strategy_id = explicit_strategy.id;
@@ -125,6 +127,7 @@ Status Peer::queue(std::function<void()> task, const std::string& name, uint64_t
     std::lock_guard<std::mutex> lock(inbox_mu_);
     if (!loop_closed_) {
       inbox_.push_back(std::move(task));
+      inbox_nonempty_.store(true, std::memory_order_relaxed);
       task = nullptr;
     }
   }
@@ -132,7 +135,7 @@ Status Peer::queue(std::function<void()> task, const std::string& name, uint64_t
     names_.release(name, version);
     return {Code::Finalized, "peer is finalized or aborted"};
   }
-  uv_async_send(&wake_);
+  wake_loop();
   return {};
 }
 
@@ -146,10 +149,23 @@ Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
   if (!prepared.is_ok()) return prepared.status();
   auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
   auto request = op->request;
-  Status s = queue([this, op] {
-    enter([this, op] {
+  const uint64_t bytes = std::max(send_elements(op->spec), recv_elements(op->spec)) *
+                         dtype_size(op->spec.dtype);
+  const bool large = adaptive_ && bytes > config_.eager_bytes;
+  Status s = queue([this, op, large] {
+    enter([this, op, large] {
       bind(*op);
+      if (large) {
+        ++large_ops_;
+        op->finish_hook = [this](const Status& st) {
+          --large_ops_;
+          return st;
+        };
+      }
+      // The op's Ready and first Data frames to a peer leave in one write.
+      transport_->cork();
       engine_->start(std::move(*op));
+      transport_->uncork();
     });
   }, op->name, op->version);
   if (!s.is_ok()) return s;

@@ -1,11 +1,13 @@
 // The state behind a taiji_request_t: completed once by the I/O thread, waited on by
-// any number of caller threads.
+// any number of caller threads. A waiter may spin briefly on an atomic flag before it
+// sleeps on the condition variable (adaptive progress, runtime/progress.h).
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 
 #include "common/status.h"
@@ -18,6 +20,13 @@ class RequestState {
 
   RequestState(uint64_t version, Callback callback)
       : version_(version), callback_(std::move(callback)) {}
+
+  // Before the request is shared: waiters may spin up to spin_ns before they sleep, but
+  // only while *io_polling is false (the I/O thread, when it polls, is the one spinner).
+  void set_spin(uint64_t spin_ns, std::shared_ptr<const std::atomic<bool>> io_polling) {
+    spin_ns_ = spin_ns;
+    io_polling_ = std::move(io_polling);
+  }
 
   // First call wins; wakes waiters, then runs the callback (on the calling thread).
   void complete(const Status& status);
@@ -33,7 +42,13 @@ class RequestState {
   void set_topology_digest(uint64_t d) { topology_digest_ = d; }
 
  private:
+  // Spins until done or the calling thread's adaptive window (at most the timeout) ends.
+  void spin(int64_t timeout_ms) const;
+
   const uint64_t version_;
+  uint64_t spin_ns_ = 0;
+  std::shared_ptr<const std::atomic<bool>> io_polling_;
+  std::atomic<bool> done_flag_{false};   // done_, readable without the lock
   std::atomic<uint64_t> topology_digest_{0};
   Callback callback_;
   mutable std::mutex mu_;

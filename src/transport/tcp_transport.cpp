@@ -42,15 +42,33 @@ Status resolve(const std::string& host, uint16_t port, sockaddr_storage* out) {
   return {};
 }
 
-struct WriteReq {
+}  // namespace
+
+// One encoded frame on its way out, and whom to tell once the kernel has it.
+struct TcpTransport::WriteReq {
   uv_write_t req{};
   uint8_t header[kHeaderSize];
   std::string name;
   std::vector<uint8_t> owned;
+  const uint8_t* payload = nullptr;
+  size_t len = 0;
   std::function<void(const Status&)> on_sent;
-};
 
-}  // namespace
+  size_t bytes() const { return kHeaderSize + name.size() + len; }
+  // The frame's non-empty pieces after its first `skip` bytes; returns how many (<= 3).
+  unsigned bufs(uv_buf_t* out, size_t skip) {
+    char* base[3] = {reinterpret_cast<char*>(header), name.data(),
+                     const_cast<char*>(reinterpret_cast<const char*>(payload))};
+    size_t size[3] = {kHeaderSize, name.size(), len};
+    unsigned n = 0;
+    for (int i = 0; i < 3; ++i) {
+      size_t cut = std::min(skip, size[i]);
+      skip -= cut;
+      if (size[i] > cut) out[n++] = uv_buf_init(base[i] + cut, static_cast<unsigned>(size[i] - cut));
+    }
+    return n;
+  }
+};
 
 struct TcpTransport::Conn {
   enum class State { Header, Name, Payload };
@@ -80,6 +98,7 @@ struct TcpTransport::Conn {
   bool direct = false;
 
   std::vector<uint8_t> buf = std::vector<uint8_t>(kHandshakeScratchBytes);
+  std::vector<WriteReq*> outbox;  // frames sent while the transport is corked
   size_t begin = 0;
   size_t end = 0;
 
@@ -87,6 +106,8 @@ struct TcpTransport::Conn {
 
   void start_reading();
   void count_read(size_t n) {
+    ++owner->read_events_;
+    owner->read_bytes_ += n;
     if (identified && owner->opt_.link_counters != nullptr) owner->opt_.link_counters[rank].add_received(n);
   }
   void process();
@@ -133,13 +154,17 @@ void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   }
   if (nread == 0) return;
   c->count_read(static_cast<size_t>(nread));
+  // Replies to every frame of this read leave together, one write per peer.
+  TcpTransport* owner = c->owner;
+  owner->cork();
   if (c->direct) {
     c->payload_have += static_cast<uint64_t>(nread);
     if (c->payload_have == c->h.payload_len) c->frame_complete();
-    return;
+  } else {
+    c->end += static_cast<size_t>(nread);
+    c->process();
   }
-  c->end += static_cast<size_t>(nread);
-  c->process();
+  owner->uncork();
 }
 
 void on_close(uv_handle_t* handle) {
@@ -464,45 +489,113 @@ void TcpTransport::send(int dst, OutMessage msg) {
     if (cb) defer([cb, dst] { cb({Code::PeerLost, "no connection to rank " + std::to_string(dst)}); });
     return;
   }
+  if (corked_ > 0) {
+    if (c->outbox.empty()) corked_conns_.push_back(c);
+    c->outbox.push_back(frame(c, std::move(msg)));
+    return;
+  }
   if (int rc = write(c, std::move(msg)); rc != 0) {
     defer([this, dst, rc] { drop(dst, uv_error("write failed", rc)); });
   }
 }
 
-int TcpTransport::write(Conn* c, OutMessage msg) {
+TcpTransport::WriteReq* TcpTransport::frame(Conn* c, OutMessage msg) {
   auto* w = new WriteReq();
   w->name = std::move(msg.name);
   w->owned = std::move(msg.owned);
   w->on_sent = std::move(msg.on_sent);
-  const uint8_t* payload = w->owned.empty() ? msg.payload : w->owned.data();
-  size_t len = w->owned.empty() ? msg.payload_len : w->owned.size();
+  w->payload = w->owned.empty() ? msg.payload : w->owned.data();
+  w->len = w->owned.empty() ? msg.payload_len : w->owned.size();
   msg.header.src_rank = static_cast<uint32_t>(opt_.rank);
   msg.header.cluster_version = opt_.cluster_version;
   msg.header.name_len = static_cast<uint16_t>(w->name.size());
-  msg.header.payload_len = len;
+  msg.header.payload_len = w->len;
   encode_header(msg.header, w->header);
   if (c->identified && opt_.link_counters != nullptr) {
-    opt_.link_counters[c->rank].add_sent(kHeaderSize + w->name.size() + len);
+    opt_.link_counters[c->rank].add_sent(w->bytes());
   }
-  uv_buf_t bufs[3] = {
-      uv_buf_init(reinterpret_cast<char*>(w->header), kHeaderSize),
-      uv_buf_init(w->name.data(), static_cast<unsigned>(w->name.size())),
-      uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(payload)), static_cast<unsigned>(len))};
-  w->req.data = w;
-  int rc = uv_write(&w->req, c->stream(), bufs, len > 0 ? 3 : 2, [](uv_write_t* req, int status) {
-    auto* wr = static_cast<WriteReq*>(req->data);
-    if (wr->on_sent) {
-      wr->on_sent(status == 0 ? Status{} : uv_error("write failed", status));
+  return w;
+}
+
+int TcpTransport::write(Conn* c, OutMessage msg) {
+  WriteReq* w = frame(c, std::move(msg));
+  return write_frames(c, &w, 1);
+}
+
+int TcpTransport::write_frames(Conn* c, WriteReq* const* ws, size_t n) {
+  size_t sent = 0;
+  // With nothing queued on the connection, write now, all frames in one call: a frame the
+  // kernel takes whole needs no write request, and libuv no POLLOUT round (two epoll_ctl
+  // calls) to complete it.
+  if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&idle_))) {
+    std::vector<uv_buf_t> bufs(3 * n);
+    unsigned nbufs = 0;
+    for (size_t i = 0; i < n; ++i) nbufs += ws[i]->bufs(bufs.data() + nbufs, 0);
+    int rc = uv_try_write(c->stream(), bufs.data(), nbufs);
+    if (rc < 0 && rc != UV_EAGAIN) {
+      fail_frames(ws, n, uv_error("write failed", rc));
+      return rc;
     }
-    delete wr;
-  });
-  if (rc != 0) {
-    auto cb = std::move(w->on_sent);
-    delete w;
-    // Reported from the loop, never from inside the caller's send().
-    if (cb) defer([cb, rc] { cb(uv_error("write failed", rc)); });
+    sent = rc > 0 ? static_cast<size_t>(rc) : 0;
   }
-  return rc;
+  for (size_t i = 0; i < n; ++i) {
+    WriteReq* w = ws[i];
+    if (sent >= w->bytes()) {
+      sent -= w->bytes();
+      // Reported from the loop, never from inside the caller's send().
+      auto cb = std::move(w->on_sent);
+      delete w;
+      if (cb) defer([cb] { cb({}); });
+      continue;
+    }
+    uv_buf_t rest[3];
+    unsigned nrest = w->bufs(rest, sent);
+    sent = 0;
+    w->req.data = w;
+    int rc = uv_write(&w->req, c->stream(), rest, nrest, [](uv_write_t* req, int status) {
+      auto* wr = static_cast<WriteReq*>(req->data);
+      if (wr->on_sent) {
+        wr->on_sent(status == 0 ? Status{} : uv_error("write failed", status));
+      }
+      delete wr;
+    });
+    if (rc != 0) {
+      fail_frames(ws + i, n - i, uv_error("write failed", rc));
+      return rc;
+    }
+  }
+  return 0;
+}
+
+void TcpTransport::fail_frames(WriteReq* const* ws, size_t n, const Status& why) {
+  for (size_t i = 0; i < n; ++i) {
+    auto cb = std::move(ws[i]->on_sent);
+    delete ws[i];
+    // Reported from the loop, never from inside the caller's send().
+    if (cb) defer([cb, why] { cb(why); });
+  }
+}
+
+void TcpTransport::cork() { ++corked_; }
+
+void TcpTransport::uncork() {
+  if (--corked_ == 0) flush_corked();
+}
+
+void TcpTransport::flush_corked() {
+  auto conns = std::move(corked_conns_);
+  corked_conns_.clear();
+  for (Conn* c : conns) {
+    auto batch = std::move(c->outbox);
+    c->outbox.clear();
+    if (c->closing) {
+      fail_frames(batch.data(), batch.size(),
+                  {Code::PeerLost, "no connection to rank " + std::to_string(c->rank)});
+    } else if (int rc = write_frames(c, batch.data(), batch.size()); rc != 0) {
+      int dst = c->rank;
+      defer([this, dst, rc] { drop(dst, uv_error("write failed", rc)); });
+    }
+  }
 }
 
 uint64_t TcpTransport::queued_bytes(int dst) const {
@@ -597,6 +690,8 @@ void TcpTransport::run_deferred() {
 
 void TcpTransport::shutdown(std::function<void()> on_closed) {
   if (stopping_) return;
+  // Frames held by a cork go before the Bye.
+  flush_corked();
   stopping_ = true;
   on_closed_ = std::move(on_closed);
   for (Conn* c : std::vector<Conn*>(conns_.begin(), conns_.end())) {
@@ -628,6 +723,7 @@ void TcpTransport::shutdown(std::function<void()> on_closed) {
 }
 
 void TcpTransport::close_now(std::function<void()> on_closed) {
+  flush_corked();
   stopping_ = true;
   const bool forced = static_cast<bool>(on_closed);
   if (forced) on_closed_ = std::move(on_closed);
