@@ -22,7 +22,14 @@ ShmTransport::ShmTransport(ShmOptions options, Transport* inner, ReceiveHandler*
   opt_.limits.world_size = static_cast<uint32_t>(opt_.size);
 }
 
-ShmTransport::~ShmTransport() = default;
+ShmTransport::~ShmTransport() {
+  for (int r = 0; r < opt_.size; ++r) {
+    const Link& link = links_[r];
+    if (link.ring_frames + link.full_frames == 0) continue;
+    log().debug("to rank {}: {} payloads through the shared-memory ring, {} over TCP (ring full)",
+                r, link.ring_frames, link.full_frames);
+  }
+}
 
 void ShmTransport::start(const std::vector<int>& host_of) {
   if (!opt_.enabled) return;
@@ -62,6 +69,9 @@ void ShmTransport::send(int dst, OutMessage msg) {
       msg.payload = nullptr;
       msg.payload_len = 0;
       if (opt_.link_counters != nullptr) opt_.link_counters[dst].add_sent(len);
+      links_[dst].ring_frames++;
+    } else {
+      links_[dst].full_frames++;
     }
   }
   inner_->send(dst, std::move(msg));

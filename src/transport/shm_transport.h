@@ -71,6 +71,8 @@ class ShmTransport final : public Transport, public ReceiveHandler {
     bool out_active = false;                 // the rank mapped it
     std::unique_ptr<ShmConsumer> in;        // this rank's ring to us
     uint8_t rx[kShmOfferBytes] = {};         // payload of a ShmOffer or ShmData frame
+    uint64_t ring_frames = 0;                // sent through the ring
+    uint64_t full_frames = 0;                // sent over TCP because the ring was full
   };
 
   void on_offer(int src, const std::string& name);

@@ -156,7 +156,7 @@ TEST_CASE("shm: a ring rank 0 cannot map is declined and TCP carries the data", 
   INFO(error);
   CHECK(error.empty());
   CHECK(job.victim->async_error().is_ok());
-  CHECK(count_containing(log.take(), "declining rank 1's shared-memory ring") == 1);
+  CHECK(log.take().empty());
 }
 
 TEST_CASE("shm: bad ring frames from rank 1 close its link with an error naming it", "[shm]") {
