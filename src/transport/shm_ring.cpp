@@ -20,6 +20,9 @@ constexpr size_t kMagicAt = 0;
 constexpr size_t kNonceAt = 8;
 constexpr size_t kCapacityAt = 16;
 constexpr size_t kConsumedAt = 64;
+// What /proc/<pid>/fd/<fd> of a ring points to; anything else is never opened.
+constexpr const char* kMemfdName = "taiji-ring";
+constexpr const char* kMemfdLink = "/memfd:taiji-ring ";
 
 void put64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -104,7 +107,7 @@ Result<ShmSegment> ShmSegment::create(uint64_t capacity) {
     return Status{Code::InvalidArgument, "ring size " + std::to_string(capacity) + " out of range"};
   }
   ShmSegment seg;
-  seg.fd_ = memfd_create("taiji-ring", MFD_CLOEXEC);
+  seg.fd_ = memfd_create(kMemfdName, MFD_CLOEXEC);
   if (seg.fd_ < 0) return sys_error("memfd_create");
   seg.mapped_bytes_ = kHeaderPage + capacity;
   const auto bytes = static_cast<off_t>(seg.mapped_bytes_);
@@ -133,8 +136,16 @@ Result<ShmSegment> ShmSegment::open(const ShmSegmentInfo& info) {
     return Status{Code::Protocol, "offered ring size " + std::to_string(info.capacity) + " out of range"};
   }
   const std::string path = "/proc/" + std::to_string(info.pid) + "/fd/" + std::to_string(info.fd);
+  // The descriptor number comes from a peer: make sure it names a ring before opening it,
+  // so a wrong number can never open (and so disturb) a device, pipe or socket.
+  char link[64] = {};
+  ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+  if (n < 0) return sys_error("cannot read " + path);
+  if (std::strncmp(link, kMemfdLink, std::strlen(kMemfdLink)) != 0) {
+    return Status{Code::Protocol, path + " is not a ring (" + std::string(link) + ")"};
+  }
   ShmSegment seg;
-  seg.fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  seg.fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (seg.fd_ < 0) return sys_error("cannot open " + path);
   seg.mapped_bytes_ = kHeaderPage + info.capacity;
   struct stat st {};

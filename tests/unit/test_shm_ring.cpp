@@ -3,6 +3,7 @@
 // the next one, and refusal of segments that are not the one offered.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -175,6 +176,15 @@ TEST_CASE("shm open refuses a segment that is not the one offered", "[shm]") {
   ShmSegmentInfo no_fd = info;
   no_fd.fd = 1000000;
   CHECK(ShmSegment::open(no_fd).status().code() == Code::Io);
+  // A descriptor that is not a ring is never opened, whatever its size.
+  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  REQUIRE(null_fd >= 0);
+  ShmSegmentInfo not_ring = info;
+  not_ring.fd = static_cast<uint32_t>(null_fd);
+  Status refused = ShmSegment::open(not_ring).status();
+  CHECK(refused.code() == Code::Protocol);
+  CHECK_THAT(refused.message(), Catch::Contains("is not a ring (/dev/null)"));
+  close(null_fd);
 
   // Once the creator closed its descriptor the segment cannot be found any more.
   created.value().close_fd();
