@@ -263,7 +263,7 @@ void Peer::on_tick() {
     engine_->fail_all({Code::Aborted, "peer closed with the op still in flight"});
     close_links(true);
   } else if (closing_links_ && uv_now(&loop_) >= close_deadline_) {
-    transport_->close_now([this] { on_links_closed(); });
+    shm_->close_now([this] { on_links_closed(); });
   }
 }
 
@@ -273,9 +273,9 @@ void Peer::close_links(bool graceful) {
   closing_links_ = true;
   close_deadline_ = uv_now(&loop_) + kCloseGraceMs;
   if (graceful) {
-    transport_->shutdown([this] { on_links_closed(); });
+    shm_->shutdown([this] { on_links_closed(); });
   } else {
-    transport_->close_now([this] { on_links_closed(); });
+    shm_->close_now([this] { on_links_closed(); });
   }
 }
 

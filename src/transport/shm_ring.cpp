@@ -20,6 +20,7 @@ constexpr size_t kMagicAt = 0;
 constexpr size_t kNonceAt = 8;
 constexpr size_t kCapacityAt = 16;
 constexpr size_t kConsumedAt = 64;
+constexpr size_t kCreditAt = 128;
 // What /proc/<pid>/fd/<fd> of a ring points to; anything else is never opened.
 constexpr const char* kMemfdName = "taiji-ring";
 constexpr const char* kMemfdLink = "/memfd:taiji-ring ";
@@ -102,6 +103,11 @@ std::atomic<uint64_t>& ShmSegment::consumed() const {
   return *reinterpret_cast<std::atomic<uint64_t>*>(base_ + kConsumedAt);
 }
 
+std::atomic<uint32_t>& ShmSegment::credit_wanted() const {
+  static_assert(std::atomic<uint32_t>::is_always_lock_free);
+  return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + kCreditAt);
+}
+
 Result<ShmSegment> ShmSegment::create(uint64_t capacity) {
   if (capacity < kShmMinRingBytes || capacity > kShmMaxRingBytes) {
     return Status{Code::InvalidArgument, "ring size " + std::to_string(capacity) + " out of range"};
@@ -128,6 +134,7 @@ Result<ShmSegment> ShmSegment::create(uint64_t capacity) {
   put64(seg.base_ + kNonceAt, seg.info_.nonce);
   put64(seg.base_ + kCapacityAt, capacity);
   new (seg.base_ + kConsumedAt) std::atomic<uint64_t>(0);
+  new (seg.base_ + kCreditAt) std::atomic<uint32_t>(0);
   return seg;
 }
 
@@ -176,14 +183,23 @@ bool ShmProducer::push(const uint8_t* src, uint64_t len, ShmDescriptor* out) {
   const uint64_t cap = seg_.capacity();
   if (len == 0 || len > cap) return false;
   const uint64_t pos = shm_place(next_, len, cap);
-  // Acquire: the consumer finished reading everything before `consumed` before it published it.
-  const uint64_t consumed = seg_.consumed().load(std::memory_order_acquire);
+  // The consumer finished reading everything before `consumed` before it published it.
+  // Sequentially consistent with the credit flag: see push_or_ask.
+  const uint64_t consumed = seg_.consumed().load(std::memory_order_seq_cst);
   // A consumer that claims more than was produced is broken; stop using the ring for it.
   if (consumed > next_ || pos + len - consumed > cap) return false;
   std::memcpy(seg_.data() + pos % cap, src, len);
   next_ = pos + len;
   *out = {pos, len};
   return true;
+}
+
+bool ShmProducer::push_or_ask(const uint8_t* src, uint64_t len, ShmDescriptor* out) {
+  if (push(src, len, out)) return true;
+  // Flag, then look again; the consumer publishes its position, then reads the flag. One of
+  // the two sees the other's store, so a release between the two looks is never missed.
+  seg_.credit_wanted().store(1, std::memory_order_seq_cst);
+  return push(src, len, out);
 }
 
 Status ShmConsumer::check(const ShmDescriptor& d, uint64_t max_payload) const {
@@ -200,9 +216,11 @@ Status ShmConsumer::check(const ShmDescriptor& d, uint64_t max_payload) const {
   return {};
 }
 
-void ShmConsumer::release(const ShmDescriptor& d) {
+bool ShmConsumer::release(const ShmDescriptor& d) {
   next_ = d.position + d.length;
-  seg_.consumed().store(next_, std::memory_order_release);
+  seg_.consumed().store(next_, std::memory_order_seq_cst);
+  return seg_.credit_wanted().load(std::memory_order_seq_cst) != 0 &&
+         seg_.credit_wanted().exchange(0, std::memory_order_seq_cst) != 0;
 }
 
 }  // namespace taiji

@@ -69,6 +69,8 @@ class ShmSegment {
   uint8_t* data() const;
   // The consumer's published position: everything before it may be overwritten.
   std::atomic<uint64_t>& consumed() const;
+  // Set by a producer that found the ring full: the consumer owes it a wake-up.
+  std::atomic<uint32_t>& credit_wanted() const;
 
  private:
   void reset();
@@ -86,6 +88,12 @@ class ShmProducer {
   ShmSegment& segment() { return seg_; }
   // Copies len bytes into the ring if there is room; returns where, or false when full.
   bool push(const uint8_t* src, uint64_t len, ShmDescriptor* out);
+  // Like push, but when the ring is full asks the consumer for a wake-up (and checks once
+  // more, so a release in between is never missed).
+  bool push_or_ask(const uint8_t* src, uint64_t len, ShmDescriptor* out);
+  // Payloads up to this size always fit once the consumer caught up (whatever the skip
+  // to the next lap), so waiting for room is safe; larger ones may never fit.
+  uint64_t max_waiting_payload() const { return seg_.capacity() / 2; }
 
  private:
   ShmSegment seg_;
@@ -99,8 +107,9 @@ class ShmConsumer {
   // Checks that d is exactly where the next payload must be; the error names what is wrong.
   Status check(const ShmDescriptor& d, uint64_t max_payload) const;
   const uint8_t* at(const ShmDescriptor& d) const { return seg_.data() + d.position % seg_.capacity(); }
-  // Hands d's bytes back to the producer; d must have passed check().
-  void release(const ShmDescriptor& d);
+  // Hands d's bytes back to the producer; d must have passed check(). Returns whether the
+  // producer asked to be told (it is waiting for room).
+  bool release(const ShmDescriptor& d);
 
  private:
   ShmSegment seg_;

@@ -10,6 +10,8 @@ namespace {
 
 // The name every ShmOffer and ShmReply carries (frames need a non-empty name).
 const char* const kShmFrameName = "shm";
+// ShmReply's chunk: 0 declined, 1 mapped, kCredit "room in the ring you wait for".
+constexpr uint32_t kCredit = 2;
 
 Status protocol(int src, const std::string& what) {
   return {Code::Protocol, "rank " + std::to_string(src) + ": " + what};
@@ -25,9 +27,10 @@ ShmTransport::ShmTransport(ShmOptions options, Transport* inner, ReceiveHandler*
 ShmTransport::~ShmTransport() {
   for (int r = 0; r < opt_.size; ++r) {
     const Link& link = links_[r];
-    if (link.ring_frames + link.full_frames == 0) continue;
-    log().debug("to rank {}: {} payloads through the shared-memory ring, {} over TCP (ring full)",
-                r, link.ring_frames, link.full_frames);
+    if (link.ring_frames + link.tcp_frames == 0) continue;
+    log().debug("to rank {}: {} payloads through the shared-memory ring ({} waits for room), "
+                "{} too large for its free room over TCP",
+                r, link.ring_frames, link.waits, link.tcp_frames);
   }
 }
 
@@ -56,25 +59,85 @@ bool ShmTransport::active_to(int dst) const {
 }
 
 void ShmTransport::send(int dst, OutMessage msg) {
-  const bool bulk = msg.header.type == MsgType::Data &&
-                    (msg.owned.empty() ? msg.payload_len : msg.owned.size()) >= kShmMinPayload;
-  if (bulk && active_to(dst)) {
+  if (dst >= 0 && dst < opt_.size && !links_[dst].waiting.empty()) {
+    Link& link = links_[dst];
+    link.waiting_bytes += msg.owned.empty() ? msg.payload_len : msg.owned.size();
+    link.waiting.push_back(std::move(msg));
+    return;
+  }
+  if (!try_send(dst, msg)) {
+    Link& link = links_[dst];
+    link.waits++;
+    link.waiting_bytes += msg.owned.empty() ? msg.payload_len : msg.owned.size();
+    link.waiting.push_back(std::move(msg));
+  }
+}
+
+bool ShmTransport::try_send(int dst, OutMessage& msg) {
+  const uint64_t len = msg.owned.empty() ? msg.payload_len : msg.owned.size();
+  if (msg.header.type == MsgType::Data && len >= kShmMinPayload && active_to(dst)) {
+    Link& link = links_[dst];
     const uint8_t* payload = msg.owned.empty() ? msg.payload : msg.owned.data();
-    const uint64_t len = msg.owned.empty() ? msg.payload_len : msg.owned.size();
     ShmDescriptor where;
-    if (links_[dst].out->push(payload, len, &where)) {
+    const bool may_wait = len <= link.out->max_waiting_payload();
+    if (may_wait ? link.out->push_or_ask(payload, len, &where) : link.out->push(payload, len, &where)) {
       msg.header.type = MsgType::ShmData;
       msg.owned.assign(kShmDescriptorBytes, 0);
       encode_descriptor(where, msg.owned.data());
       msg.payload = nullptr;
       msg.payload_len = 0;
       if (opt_.link_counters != nullptr) opt_.link_counters[dst].add_sent(len);
-      links_[dst].ring_frames++;
+      link.ring_frames++;
+    } else if (may_wait) {
+      return false;
     } else {
-      links_[dst].full_frames++;
+      link.tcp_frames++;
     }
   }
   inner_->send(dst, std::move(msg));
+  return true;
+}
+
+void ShmTransport::on_credit(int dst) {
+  Link& link = links_[dst];
+  while (!link.waiting.empty()) {
+    OutMessage& msg = link.waiting.front();
+    const uint64_t len = msg.owned.empty() ? msg.payload_len : msg.owned.size();
+    if (!try_send(dst, msg)) return;
+    link.waiting_bytes -= len;
+    link.waiting.pop_front();
+  }
+}
+
+void ShmTransport::flush_waiting(int dst) {
+  Link& link = links_[dst];
+  std::deque<OutMessage> waiting = std::move(link.waiting);
+  link.waiting.clear();
+  link.waiting_bytes = 0;
+  for (OutMessage& msg : waiting) inner_->send(dst, std::move(msg));
+}
+
+uint64_t ShmTransport::queued_bytes(int dst) const {
+  const uint64_t waiting = dst >= 0 && dst < opt_.size ? links_[dst].waiting_bytes : 0;
+  return inner_->queued_bytes(dst) + waiting;
+}
+
+void ShmTransport::shutdown(std::function<void()> on_closed) {
+  // Waiting frames go out before the Bye.
+  for (int r = 0; r < opt_.size; ++r) {
+    links_[r].out_active = false;
+    flush_waiting(r);
+  }
+  inner_->shutdown(std::move(on_closed));
+}
+
+void ShmTransport::close_now(std::function<void()> on_closed) {
+  inner_->close_now(std::move(on_closed));
+  // With the links closed, TCP reports each waiting frame as not sent.
+  for (int r = 0; r < opt_.size; ++r) {
+    links_[r].out_active = false;
+    flush_waiting(r);
+  }
 }
 
 Status ShmTransport::accept_frame(int src, const FrameHeader& h, const std::string& name,
@@ -90,7 +153,14 @@ Status ShmTransport::accept_frame(int src, const FrameHeader& h, const std::stri
       return {};
     case MsgType::ShmReply:
       if (h.payload_len != 0) return protocol(src, "ShmReply with a payload");
-      if (link.out == nullptr || link.out_active) return protocol(src, "ShmReply to no offer");
+      if (h.chunk == kCredit) {
+        // A credit may cross our link going down; without a ring it means nothing.
+        if (link.out == nullptr) return protocol(src, "ShmReply credit without a ring");
+      } else if (h.chunk > 1) {
+        return protocol(src, "ShmReply with answer " + std::to_string(h.chunk));
+      } else if (link.out == nullptr || link.out_active) {
+        return protocol(src, "ShmReply to no offer");
+      }
       *target = nullptr;
       return {};
     case MsgType::ShmData:
@@ -114,6 +184,8 @@ void ShmTransport::frame_done(int src, const FrameHeader& h, const std::string& 
 void ShmTransport::link_down(int src, bool graceful, const Status& why) {
   links_[src].out_active = false;
   handler_->link_down(src, graceful, why);
+  // TCP reports each waiting frame as not sent.
+  flush_waiting(src);
 }
 
 void ShmTransport::on_offer(int src, const std::string&) {
@@ -138,6 +210,10 @@ void ShmTransport::on_offer(int src, const std::string&) {
 
 void ShmTransport::on_reply(int src, const FrameHeader& h) {
   Link& link = links_[src];
+  if (h.chunk == kCredit) {
+    if (link.out_active) on_credit(src);
+    return;
+  }
   if (h.chunk == 1) {
     link.out_active = true;
     // The receiver holds its own mapping now; ours stays, the descriptor can go.
@@ -167,7 +243,13 @@ void ShmTransport::on_data(int src, const FrameHeader& h, const std::string& nam
     return inner_->drop(src, s);
   }
   if (target != nullptr) std::memcpy(target, link.in->at(where), where.length);
-  link.in->release(where);
+  if (link.in->release(where)) {
+    OutMessage credit;
+    credit.header.type = MsgType::ShmReply;
+    credit.header.chunk = kCredit;
+    credit.name = kShmFrameName;
+    inner_->send(src, std::move(credit));
+  }
   if (opt_.link_counters != nullptr) opt_.link_counters[src].add_received(where.length);
   handler_->frame_done(src, data, name);
 }

@@ -6,8 +6,10 @@
 // of at least kShmMinPayload bytes is copied into the ring and only a small ShmData frame
 // ("payload at position P, length L") goes over TCP. The receiver turns it back into the
 // Data frame, copies the bytes straight into the op's target and returns the ring space.
-// When the ring is full the frame simply goes over TCP, so nothing ever waits for ring
-// space; ring and TCP frames share one ordered stream, so order is kept.
+// When the ring is full, frames to that rank wait, in order, until the receiver frees room
+// and wakes the sender with a ShmReply "credit" frame (sent only when asked for, through a
+// flag in the ring). A payload larger than half the ring may never fit (a payload never
+// wraps); when it does not fit at once it goes over TCP in the same ordered stream.
 //
 // Cost: one user copy on each side instead of two kernel copies and a syscall per socket
 // buffer; the doorbell adds one small TCP frame per payload.
@@ -17,6 +19,7 @@
 // closes the link with a Protocol error.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -54,10 +57,10 @@ class ShmTransport final : public Transport, public ReceiveHandler {
   void send(int dst, OutMessage msg) override;
   void pause_reading(int src) override { inner_->pause_reading(src); }
   void resume_reading(int src) override { inner_->resume_reading(src); }
-  uint64_t queued_bytes(int dst) const override { return inner_->queued_bytes(dst); }
+  uint64_t queued_bytes(int dst) const override;
   void drop(int rank, const Status& why) override { inner_->drop(rank, why); }
-  void shutdown(std::function<void()> on_closed) override { inner_->shutdown(std::move(on_closed)); }
-  void close_now(std::function<void()> on_closed) override { inner_->close_now(std::move(on_closed)); }
+  void shutdown(std::function<void()> on_closed) override;
+  void close_now(std::function<void()> on_closed) override;
 
   // ReceiveHandler
   Status accept_frame(int src, const FrameHeader& h, const std::string& name,
@@ -71,9 +74,19 @@ class ShmTransport final : public Transport, public ReceiveHandler {
     bool out_active = false;                 // the rank mapped it
     std::unique_ptr<ShmConsumer> in;        // this rank's ring to us
     uint8_t rx[kShmOfferBytes] = {};         // payload of a ShmOffer or ShmData frame
+    std::deque<OutMessage> waiting;         // behind a full ring, in order
+    uint64_t waiting_bytes = 0;
     uint64_t ring_frames = 0;                // sent through the ring
-    uint64_t full_frames = 0;                // sent over TCP because the ring was full
+    uint64_t tcp_frames = 0;                 // bulk, but too large for the ring's free room
+    uint64_t waits = 0;                      // times the ring was full
   };
+
+  // Sends msg, through the ring when it is bulk and the ring is up. False (msg untouched)
+  // when it must wait for room.
+  bool try_send(int dst, OutMessage& msg);
+  void on_credit(int dst);
+  // Hands every waiting frame to TCP (in order), e.g. before a Bye or after a link is gone.
+  void flush_waiting(int dst);
 
   void on_offer(int src, const std::string& name);
   void on_reply(int src, const FrameHeader& h);

@@ -223,3 +223,22 @@ TEST_CASE("ShmData frames carry exactly a descriptor and are checked like Data",
   encode_header(h, buf);
   CHECK_THAT(decode_header(buf, l, &out).message(), Catch::Contains("op_kind 0"));
 }
+
+TEST_CASE("shm ring owes a credit exactly to a producer that found it full", "[shm]") {
+  Pair p = make_pair();
+  auto half = pattern(kCap / 2, 5);
+  ShmDescriptor a;
+  ShmDescriptor b;
+  ShmDescriptor c;
+  REQUIRE(p.producer->push_or_ask(half.data(), half.size(), &a));
+  REQUIRE(p.producer->push_or_ask(half.data(), half.size(), &b));
+  REQUIRE(p.consumer->check(a, kCap).is_ok());
+  CHECK_FALSE(p.consumer->release(a));  // nobody asked
+  REQUIRE(p.producer->push_or_ask(half.data(), half.size(), &c));
+  CHECK_FALSE(p.producer->push_or_ask(half.data(), 1, &c));
+  REQUIRE(p.consumer->check(b, kCap).is_ok());
+  CHECK(p.consumer->release(b));        // the producer asked: it gets one wake-up
+  REQUIRE(p.producer->push(half.data(), 1, &c));
+  CHECK(c.position == 3 * (kCap / 2));
+  CHECK(p.producer->max_waiting_payload() == kCap / 2);
+}
