@@ -184,6 +184,13 @@ TEST_CASE("shm: bad ring frames from rank 1 close its link with an error naming 
          return frame(control(MsgType::ShmOffer), "shm", std::vector<uint8_t>(kShmOfferBytes, 1));
        },
        "rank 1: second ShmOffer"},
+      {"a reply that answers nothing", false,
+       [](const Frame&, ShmProducer*) {
+         FrameHeader h = control(MsgType::ShmReply);
+         h.chunk = 7;
+         return frame(h, "shm");
+       },
+       "rank 1: ShmReply with answer 7"},
       {"an offer of the wrong size", false,
        [](const Frame&, ShmProducer*) {
          return frame(control(MsgType::ShmOffer), "shm", std::vector<uint8_t>(8, 1));
