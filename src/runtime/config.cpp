@@ -49,6 +49,11 @@ constexpr uint64_t kMinChunkBytes = 4 * kKiB;
 constexpr uint32_t kMaxNameLenCap = 65535;
 
 constexpr std::array<std::string_view, 2> kProgressModes = {"adaptive", "blocking"};
+constexpr uint64_t kDefaultShmRingBytes = 8 * kMiB;
+constexpr uint64_t kMinShmRingBytes = 64 * kKiB;
+constexpr uint64_t kMaxShmRingBytes = 16 * kMiB * kKiB;
+constexpr std::array<std::string_view, 2> kShmModes = {"auto", "off"};
+
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
 
@@ -418,6 +423,8 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
   fill_string(&c.host_label, "TAIJI_HOST", "", env, &host_src);
   if (c.host_label.empty()) c.host_label = c.listen_host;
   fill_string(&c.log_level, "TAIJI_LOG_LEVEL", "warn", env, &level_src);
+  std::string shm_src;
+  fill_string(&c.shm, "TAIJI_SHM", "auto", env, &shm_src);
 
   if (Status s = fill_timeout(&c.timeout_ms, "timeout_ms", "TAIJI_TIMEOUT_MS", env); !s.is_ok()) {
     return s;
@@ -483,6 +490,21 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
                             kDefaultMaxPayload, env, &payload_src);
       !s.is_ok()) {
     return s;
+  }
+
+  std::string ring_src;
+  if (Status s = fill_bytes(&c.shm_ring_bytes, "shm_ring_bytes", "TAIJI_SHM_RING_BYTES",
+                            kDefaultShmRingBytes, env, &ring_src);
+      !s.is_ok()) {
+    return s;
+  }
+  if (!one_of(c.shm, kShmModes)) {
+    return config_error("shared-memory mode " + shm_src + " is not one of " + join(kShmModes));
+  }
+  if (c.shm_ring_bytes < kMinShmRingBytes || c.shm_ring_bytes > kMaxShmRingBytes) {
+    return config_error("shared-memory ring size " + ring_src + " is not between " +
+                        std::to_string(kMinShmRingBytes) + " and " +
+                        std::to_string(kMaxShmRingBytes) + " bytes");
   }
 
   std::string name_len_src;

@@ -63,8 +63,18 @@ Peer::Peer(const Config& config)
   to.handshake_timeout_ms = static_cast<uint64_t>(config_.handshake_timeout_ms);
   to.max_pending_connections = static_cast<int>(config_.max_pending_connections);
   to.link_counters = metrics_->link_counters();
-  transport_ = std::make_unique<TcpTransport>(&loop_, to, engine_.get());
-  engine_->set_transport(transport_.get());
+  ShmOptions so;
+  so.rank = config_.rank;
+  so.size = config_.size;
+  so.limits = to.limits;
+  so.limits.cluster_version = kClusterVersion;
+  so.ring_bytes = config_.shm_ring_bytes;
+  so.enabled = config_.shm != "off";
+  so.link_counters = to.link_counters;
+  transport_ = std::make_unique<TcpTransport>(&loop_, to, nullptr);
+  shm_ = std::make_unique<ShmTransport>(so, transport_.get(), engine_.get());
+  transport_->set_handler(shm_.get());
+  engine_->set_transport(shm_.get());
 }
 
 Result<std::unique_ptr<Peer>> Peer::create(const Config& config) {
@@ -144,7 +154,10 @@ Status Peer::bootstrap() {
   auto result = connected->get_future();
   uint64_t left = static_cast<uint64_t>(remaining_ms(deadline));
   run_on_loop([this, addresses, left, connected] {
-    transport_->connect_all(addresses, left, [connected](const Status& s) { connected->set_value(s); });
+    transport_->connect_all(addresses, left, [this, connected](const Status& s) {
+      if (s.is_ok()) shm_->start(host_of_);
+      connected->set_value(s);
+    });
   });
   // connect_all reports by its own deadline; the extra second only guards against a
   // loop that stopped underneath us.
@@ -312,7 +325,7 @@ void Peer::on_tick() {
     engine_->fail_all({Code::Aborted, "peer closed with the op still in flight"});
     close_links(true);
   } else if (closing_links_ && uv_now(&loop_) >= close_deadline_) {
-    transport_->close_now([this] { on_links_closed(); });
+    shm_->close_now([this] { on_links_closed(); });
   }
 }
 
@@ -322,9 +335,9 @@ void Peer::close_links(bool graceful) {
   closing_links_ = true;
   close_deadline_ = uv_now(&loop_) + kCloseGraceMs;
   if (graceful) {
-    transport_->shutdown([this] { on_links_closed(); });
+    shm_->shutdown([this] { on_links_closed(); });
   } else {
-    transport_->close_now([this] { on_links_closed(); });
+    shm_->close_now([this] { on_links_closed(); });
   }
 }
 

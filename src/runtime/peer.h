@@ -21,6 +21,7 @@
 #include "runtime/progress.h"
 #include "runtime/rendezvous.h"
 #include "topology/selection.h"
+#include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
 
 namespace taiji {
@@ -145,6 +146,7 @@ class Peer {
   uv_async_t wake_{};
   uv_timer_t tick_{};
   std::unique_ptr<TcpTransport> transport_;
+  std::unique_ptr<ShmTransport> shm_;    // over transport_: what the engine sends through
   std::unique_ptr<OpEngine> engine_;
   std::unique_ptr<RendezvousServer> rendezvous_server_;
   std::thread thread_;

@@ -53,6 +53,9 @@ const char* type_name(MsgType t) {
     case MsgType::Auth: return "Auth";
     case MsgType::Query: return "Query";
     case MsgType::Answer: return "Answer";
+    case MsgType::ShmOffer: return "ShmOffer";
+    case MsgType::ShmReply: return "ShmReply";
+    case MsgType::ShmData: return "ShmData";
   }
   return "?";
 }
@@ -113,7 +116,7 @@ Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits,
   h.op_kind = static_cast<OpKind>(op_kind);
   // Hello and Bye belong to the connection, not to an op.
   const bool per_op = h.type == MsgType::Ready || h.type == MsgType::Data ||
-                      h.type == MsgType::Abort;
+                      h.type == MsgType::Abort || h.type == MsgType::ShmData;
   if (per_op && h.op_kind == OpKind::None) {
     return bad(std::string("op_kind 0 in a ") + type_name(h.type) + " frame");
   }
@@ -134,7 +137,11 @@ Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits,
   if (h.payload_len > limits.max_payload) {
     return bad("payload_len " + num(h.payload_len) + " exceeds cap " + num(limits.max_payload));
   }
-  if (h.type == MsgType::Data) {
+  if (h.type == MsgType::ShmData && h.payload_len != kShmDataPayload) {
+    return bad("payload_len " + num(h.payload_len) + " in a ShmData frame (expected " +
+               num(kShmDataPayload) + ")");
+  }
+  if (h.type == MsgType::Data || h.type == MsgType::ShmData) {
     if (!valid_dtype(h.dtype)) return bad("bad dtype " + num(h.dtype));
     if (op_kind_reduces(h.op_kind) && !valid_redop(h.redop)) {
       return bad("bad redop " + num(h.redop));

@@ -20,6 +20,7 @@ namespace taiji {
 constexpr uint32_t kFrameMagic = 0x31304A54;
 constexpr uint16_t kProtocolVersion = 1;
 constexpr size_t kHeaderSize = 64;
+constexpr uint64_t kShmDataPayload = 16;  // a ShmData payload: ring position and length
 
 enum class MsgType : uint8_t {
   Hello = 1,   // first frame on a connection: name = job id, src_rank, cluster_version
@@ -30,8 +31,11 @@ enum class MsgType : uint8_t {
   Auth = 6,    // handshake: proof of the job secret (payload: HMAC-SHA256)
   Query = 7,   // "have you posted (name, op_version)?" (a stalled op's watchdog asks)
   Answer = 8,  // reply to a Query: chunk = 1 when posted (or done), 0 when not
+  ShmOffer = 9,   // a shared-memory ring for this direction (payload: transport/shm_ring.h)
+  ShmReply = 10,  // answer to a ShmOffer: chunk = 1 when mapped, 0 when declined
+  ShmData = 11,   // a Data frame whose payload is in the ring (payload: where)
 };
-constexpr uint8_t kMaxMsgType = 8;
+constexpr uint8_t kMaxMsgType = 11;
 
 enum class OpKind : uint8_t {
   None = 0,
@@ -85,8 +89,8 @@ struct FrameLimits {
 };
 
 void encode_header(const FrameHeader& h, uint8_t out[kHeaderSize]);
-// Parses and validates magic, protocol, type, op kind, dtype, redop (for Data frames of
-// Allreduce), name length (>= 1 except Hello may be 0; <= max), payload length (<= max;
+// Parses and validates magic, protocol, type, op kind, dtype, redop (for Data and ShmData
+// frames of reducing kinds), name length (>= 1 except Hello may be 0; <= max), payload length (<= max;
 // for Data a multiple of the dtype size), ranks and cluster version. The
 // message of an error names the field and its value.
 Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits, FrameHeader* out);

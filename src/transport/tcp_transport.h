@@ -37,6 +37,8 @@ class TcpTransport final : public Transport {
  public:
   TcpTransport(uv_loop_t* loop, TcpOptions options, ReceiveHandler* handler);
   ~TcpTransport() override;
+  // For a handler layered over this transport (it is built after it); before listen().
+  void set_handler(ReceiveHandler* handler) { handler_ = handler; }
 
   // Binds listen_host on a free port; returns the "host:port" peers should dial.
   Result<std::string> listen();

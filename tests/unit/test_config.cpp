@@ -414,3 +414,15 @@ TEST_CASE("parse_host_port", "[config]") {
   }
   CHECK(contains(parse_host_port("::1:80", &host, &port).message(), "brackets"));
 }
+
+TEST_CASE("shared memory: auto by default, off on request, ring size bounded", "[config]") {
+  Config c = ok({});
+  CHECK(c.shm == "auto");
+  CHECK(c.shm_ring_bytes == 8u << 20);
+  c = ok({{"TAIJI_SHM", "off"}, {"TAIJI_SHM_RING_BYTES", "64K"}});
+  CHECK(c.shm == "off");
+  CHECK(c.shm_ring_bytes == 64u << 10);
+  CHECK(contains(error({{"TAIJI_SHM", "on"}}), "TAIJI_SHM='on' is not one of auto, off"));
+  CHECK(contains(error({{"TAIJI_SHM_RING_BYTES", "32K"}}), "TAIJI_SHM_RING_BYTES='32K' is not between"));
+  CHECK(contains(error({{"TAIJI_SHM_RING_BYTES", "17G"}}), "is not between 65536 and 17179869184"));
+}

@@ -1,0 +1,226 @@
+#include "transport/shm_ring.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+namespace taiji {
+
+namespace {
+
+constexpr size_t kHeaderPage = 4096;
+constexpr uint64_t kSegmentMagic = 0x474e4952'494a4154ull;  // "TAIJIRNG"
+// Header page layout: magic, nonce, capacity; the consumer's position on its own cache line.
+constexpr size_t kMagicAt = 0;
+constexpr size_t kNonceAt = 8;
+constexpr size_t kCapacityAt = 16;
+constexpr size_t kConsumedAt = 64;
+constexpr size_t kCreditAt = 128;
+// What /proc/<pid>/fd/<fd> of a ring points to; anything else is never opened.
+constexpr const char* kMemfdName = "taiji-ring";
+constexpr const char* kMemfdLink = "/memfd:taiji-ring ";
+
+void put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+Status sys_error(const std::string& what) { return {Code::Io, what + ": " + std::strerror(errno)}; }
+
+uint64_t random_nonce() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+}
+
+}  // namespace
+
+void encode_offer(const ShmSegmentInfo& info, uint8_t out[kShmOfferBytes]) {
+  put64(out, (static_cast<uint64_t>(info.fd) << 32) | info.pid);
+  put64(out + 8, info.capacity);
+  put64(out + 16, info.nonce);
+}
+
+ShmSegmentInfo decode_offer(const uint8_t in[kShmOfferBytes]) {
+  ShmSegmentInfo info;
+  uint64_t ids = get64(in);
+  info.pid = static_cast<uint32_t>(ids);
+  info.fd = static_cast<uint32_t>(ids >> 32);
+  info.capacity = get64(in + 8);
+  info.nonce = get64(in + 16);
+  return info;
+}
+
+void encode_descriptor(const ShmDescriptor& d, uint8_t out[kShmDescriptorBytes]) {
+  put64(out, d.position);
+  put64(out + 8, d.length);
+}
+
+ShmDescriptor decode_descriptor(const uint8_t in[kShmDescriptorBytes]) {
+  return {get64(in), get64(in + 8)};
+}
+
+ShmSegment::~ShmSegment() { reset(); }
+
+ShmSegment::ShmSegment(ShmSegment&& other) noexcept { *this = std::move(other); }
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
+  if (this == &other) return *this;
+  reset();
+  base_ = other.base_;
+  mapped_bytes_ = other.mapped_bytes_;
+  fd_ = other.fd_;
+  info_ = other.info_;
+  other.base_ = nullptr;
+  other.mapped_bytes_ = 0;
+  other.fd_ = -1;
+  return *this;
+}
+
+void ShmSegment::reset() {
+  if (base_ != nullptr) munmap(base_, mapped_bytes_);
+  base_ = nullptr;
+  close_fd();
+}
+
+void ShmSegment::close_fd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+uint8_t* ShmSegment::data() const { return base_ + kHeaderPage; }
+
+std::atomic<uint64_t>& ShmSegment::consumed() const {
+  static_assert(std::atomic<uint64_t>::is_always_lock_free);
+  return *reinterpret_cast<std::atomic<uint64_t>*>(base_ + kConsumedAt);
+}
+
+std::atomic<uint32_t>& ShmSegment::credit_wanted() const {
+  static_assert(std::atomic<uint32_t>::is_always_lock_free);
+  return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + kCreditAt);
+}
+
+Result<ShmSegment> ShmSegment::create(uint64_t capacity) {
+  if (capacity < kShmMinRingBytes || capacity > kShmMaxRingBytes) {
+    return Status{Code::InvalidArgument, "ring size " + std::to_string(capacity) + " out of range"};
+  }
+  ShmSegment seg;
+  seg.fd_ = memfd_create(kMemfdName, MFD_CLOEXEC);
+  if (seg.fd_ < 0) return sys_error("memfd_create");
+  seg.mapped_bytes_ = kHeaderPage + capacity;
+  const auto bytes = static_cast<off_t>(seg.mapped_bytes_);
+  if (ftruncate(seg.fd_, bytes) != 0) return sys_error("ftruncate");
+  // Reserving the pages now turns a full memory cgroup into an error here, not a SIGBUS
+  // in the middle of a copy.
+  if (int rc = posix_fallocate(seg.fd_, 0, bytes); rc != 0) {
+    errno = rc;
+    return sys_error("fallocate");
+  }
+  void* p = mmap(nullptr, seg.mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                 seg.fd_, 0);
+  if (p == MAP_FAILED) return sys_error("mmap");
+  seg.base_ = static_cast<uint8_t*>(p);
+  seg.info_ = {static_cast<uint32_t>(getpid()), static_cast<uint32_t>(seg.fd_), capacity,
+               random_nonce()};
+  put64(seg.base_ + kMagicAt, kSegmentMagic);
+  put64(seg.base_ + kNonceAt, seg.info_.nonce);
+  put64(seg.base_ + kCapacityAt, capacity);
+  new (seg.base_ + kConsumedAt) std::atomic<uint64_t>(0);
+  new (seg.base_ + kCreditAt) std::atomic<uint32_t>(0);
+  return seg;
+}
+
+Result<ShmSegment> ShmSegment::open(const ShmSegmentInfo& info) {
+  if (info.capacity < kShmMinRingBytes || info.capacity > kShmMaxRingBytes) {
+    return Status{Code::Protocol, "offered ring size " + std::to_string(info.capacity) + " out of range"};
+  }
+  const std::string path = "/proc/" + std::to_string(info.pid) + "/fd/" + std::to_string(info.fd);
+  // The descriptor number comes from a peer: make sure it names a ring before opening it,
+  // so a wrong number can never open (and so disturb) a device, pipe or socket.
+  char link[64] = {};
+  ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+  if (n < 0) return sys_error("cannot read " + path);
+  if (std::strncmp(link, kMemfdLink, std::strlen(kMemfdLink)) != 0) {
+    return Status{Code::Protocol, path + " is not a ring (" + std::string(link) + ")"};
+  }
+  ShmSegment seg;
+  seg.fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (seg.fd_ < 0) return sys_error("cannot open " + path);
+  seg.mapped_bytes_ = kHeaderPage + info.capacity;
+  struct stat st {};
+  if (fstat(seg.fd_, &st) != 0) return sys_error("fstat " + path);
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != seg.mapped_bytes_) {
+    return Status{Code::Protocol, path + " is not the offered ring (size " +
+                                      std::to_string(st.st_size) + ")"};
+  }
+  void* p = mmap(nullptr, seg.mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                 seg.fd_, 0);
+  if (p == MAP_FAILED) return sys_error("mmap " + path);
+  seg.base_ = static_cast<uint8_t*>(p);
+  seg.close_fd();
+  seg.info_ = info;
+  if (get64(seg.base_ + kMagicAt) != kSegmentMagic || get64(seg.base_ + kNonceAt) != info.nonce ||
+      get64(seg.base_ + kCapacityAt) != info.capacity) {
+    return Status{Code::Protocol, path + " is not the offered ring (header differs)"};
+  }
+  return seg;
+}
+
+uint64_t shm_place(uint64_t end, uint64_t len, uint64_t capacity) {
+  uint64_t off = end % capacity;
+  return off + len > capacity ? end + (capacity - off) : end;
+}
+
+bool ShmProducer::push(const uint8_t* src, uint64_t len, ShmDescriptor* out) {
+  const uint64_t cap = seg_.capacity();
+  if (len == 0 || len > cap) return false;
+  const uint64_t pos = shm_place(next_, len, cap);
+  // The consumer finished reading everything before `consumed` before it published it.
+  // Sequentially consistent with the credit flag: see push_or_ask.
+  const uint64_t consumed = seg_.consumed().load(std::memory_order_seq_cst);
+  // A consumer that claims more than was produced is broken; stop using the ring for it.
+  if (consumed > next_ || pos + len - consumed > cap) return false;
+  std::memcpy(seg_.data() + pos % cap, src, len);
+  next_ = pos + len;
+  *out = {pos, len};
+  return true;
+}
+
+bool ShmProducer::push_or_ask(const uint8_t* src, uint64_t len, ShmDescriptor* out) {
+  if (push(src, len, out)) return true;
+  // Flag, then look again; the consumer publishes its position, then reads the flag. One of
+  // the two sees the other's store, so a release between the two looks is never missed.
+  seg_.credit_wanted().store(1, std::memory_order_seq_cst);
+  return push(src, len, out);
+}
+
+Status ShmConsumer::check(const ShmDescriptor& d, uint64_t max_payload) const {
+  const uint64_t cap = seg_.capacity();
+  if (d.length == 0 || d.length > cap || d.length > max_payload) {
+    return {Code::Protocol, "shared-memory payload length " + std::to_string(d.length) +
+                                " out of range (ring " + std::to_string(cap) + " bytes)"};
+  }
+  const uint64_t want = shm_place(next_, d.length, cap);
+  if (d.position != want) {
+    return {Code::Protocol, "shared-memory payload at ring position " + std::to_string(d.position) +
+                                ", expected " + std::to_string(want)};
+  }
+  return {};
+}
+
+bool ShmConsumer::release(const ShmDescriptor& d) {
+  next_ = d.position + d.length;
+  seg_.consumed().store(next_, std::memory_order_seq_cst);
+  return seg_.credit_wanted().load(std::memory_order_seq_cst) != 0 &&
+         seg_.credit_wanted().exchange(0, std::memory_order_seq_cst) != 0;
+}
+
+}  // namespace taiji

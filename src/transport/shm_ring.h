@@ -1,0 +1,122 @@
+// A single-producer, single-consumer byte ring in a shared-memory segment, one per directed
+// pair of peers on the same host. The sender copies a payload in and tells the receiver
+// over TCP where it is ("position P, length L"); the receiver copies it out into place and
+// returns the space by publishing how far it has consumed.
+//
+// Positions are 64-bit and only grow; position p lives at byte p % capacity. A payload is
+// never split: one that would cross the end starts at the next multiple of capacity. So
+// the position of the next payload is fully determined by the previous one and its
+// length, and the receiver checks every position it is told against that (a peer's frame
+// is never trusted).
+//
+// The segment is a memfd: it has no name in /dev/shm, so a crash leaves nothing behind.
+// The receiver opens it through /proc/<pid>/fd/<fd> while the sender still holds it open,
+// and checks its size and a random nonce written in its header.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace taiji {
+
+// How a segment is found by the other side (the payload of a ShmOffer frame).
+struct ShmSegmentInfo {
+  uint32_t pid = 0;
+  uint32_t fd = 0;
+  uint64_t capacity = 0;  // ring bytes, excluding the header page
+  uint64_t nonce = 0;
+};
+constexpr size_t kShmOfferBytes = 24;
+void encode_offer(const ShmSegmentInfo& info, uint8_t out[kShmOfferBytes]);
+ShmSegmentInfo decode_offer(const uint8_t in[kShmOfferBytes]);
+
+// Where a payload sits in the ring (the payload of a ShmData frame).
+struct ShmDescriptor {
+  uint64_t position = 0;
+  uint64_t length = 0;
+};
+constexpr size_t kShmDescriptorBytes = 16;
+void encode_descriptor(const ShmDescriptor& d, uint8_t out[kShmDescriptorBytes]);
+ShmDescriptor decode_descriptor(const uint8_t in[kShmDescriptorBytes]);
+
+// Rings smaller than this are refused: a header page plus room for a few chunks.
+constexpr uint64_t kShmMinRingBytes = 64 << 10;
+constexpr uint64_t kShmMaxRingBytes = 1ull << 34;
+
+// A mapped segment: header page, then capacity ring bytes. Move-only; unmaps on destruction.
+class ShmSegment {
+ public:
+  ShmSegment() = default;
+  ~ShmSegment();
+  ShmSegment(ShmSegment&& other) noexcept;
+  ShmSegment& operator=(ShmSegment&& other) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  // Creates and maps a new segment (the sending side); the fd stays open until close_fd().
+  static Result<ShmSegment> create(uint64_t capacity);
+  // Maps the segment another process offered (the receiving side) and checks it.
+  static Result<ShmSegment> open(const ShmSegmentInfo& info);
+
+  ShmSegmentInfo info() const { return info_; }
+  void close_fd();
+  bool mapped() const { return base_ != nullptr; }
+  uint64_t capacity() const { return info_.capacity; }
+  uint8_t* data() const;
+  // The consumer's published position: everything before it may be overwritten.
+  std::atomic<uint64_t>& consumed() const;
+  // Set by a producer that found the ring full: the consumer owes it a wake-up.
+  std::atomic<uint32_t>& credit_wanted() const;
+
+ private:
+  void reset();
+
+  uint8_t* base_ = nullptr;
+  size_t mapped_bytes_ = 0;
+  int fd_ = -1;
+  ShmSegmentInfo info_;
+};
+
+// The sending side's view of a ring. Only the I/O thread that owns it calls it.
+class ShmProducer {
+ public:
+  explicit ShmProducer(ShmSegment segment) : seg_(std::move(segment)) {}
+  ShmSegment& segment() { return seg_; }
+  // Copies len bytes into the ring if there is room; returns where, or false when full.
+  bool push(const uint8_t* src, uint64_t len, ShmDescriptor* out);
+  // Like push, but when the ring is full asks the consumer for a wake-up (and checks once
+  // more, so a release in between is never missed).
+  bool push_or_ask(const uint8_t* src, uint64_t len, ShmDescriptor* out);
+  // Payloads up to this size always fit once the consumer caught up (whatever the skip
+  // to the next lap), so waiting for room is safe; larger ones may never fit.
+  uint64_t max_waiting_payload() const { return seg_.capacity() / 2; }
+
+ private:
+  ShmSegment seg_;
+  uint64_t next_ = 0;
+};
+
+// The receiving side's view of a ring.
+class ShmConsumer {
+ public:
+  explicit ShmConsumer(ShmSegment segment) : seg_(std::move(segment)) {}
+  // Checks that d is exactly where the next payload must be; the error names what is wrong.
+  Status check(const ShmDescriptor& d, uint64_t max_payload) const;
+  const uint8_t* at(const ShmDescriptor& d) const { return seg_.data() + d.position % seg_.capacity(); }
+  // Hands d's bytes back to the producer; d must have passed check(). Returns whether the
+  // producer asked to be told (it is waiting for room).
+  bool release(const ShmDescriptor& d);
+
+ private:
+  ShmSegment seg_;
+  uint64_t next_ = 0;
+};
+
+// Where a payload of len bytes goes when the previous one ended at `end`.
+uint64_t shm_place(uint64_t end, uint64_t len, uint64_t capacity);
+
+}  // namespace taiji

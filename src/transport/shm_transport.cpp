@@ -1,0 +1,257 @@
+#include "transport/shm_transport.h"
+
+#include <cstring>
+
+#include "monitor/log.h"
+
+namespace taiji {
+
+namespace {
+
+// The name every ShmOffer and ShmReply carries (frames need a non-empty name).
+const char* const kShmFrameName = "shm";
+// ShmReply's chunk: 0 declined, 1 mapped, kCredit "room in the ring you wait for".
+constexpr uint32_t kCredit = 2;
+
+Status protocol(int src, const std::string& what) {
+  return {Code::Protocol, "rank " + std::to_string(src) + ": " + what};
+}
+
+}  // namespace
+
+ShmTransport::ShmTransport(ShmOptions options, Transport* inner, ReceiveHandler* handler)
+    : opt_(std::move(options)), inner_(inner), handler_(handler), links_(opt_.size) {
+  opt_.limits.world_size = static_cast<uint32_t>(opt_.size);
+}
+
+ShmTransport::~ShmTransport() {
+  for (int r = 0; r < opt_.size; ++r) {
+    const Link& link = links_[r];
+    if (link.ring_frames + link.tcp_frames == 0) continue;
+    log().debug("to rank {}: {} payloads through the shared-memory ring ({} waits for room), "
+                "{} too large for its free room over TCP",
+                r, link.ring_frames, link.waits, link.tcp_frames);
+  }
+}
+
+void ShmTransport::start(const std::vector<int>& host_of) {
+  if (!opt_.enabled) return;
+  for (int r = 0; r < opt_.size; ++r) {
+    if (r == opt_.rank || host_of[r] != host_of[opt_.rank]) continue;
+    auto seg = ShmSegment::create(opt_.ring_bytes);
+    if (!seg.is_ok()) {
+      log().warn("no shared-memory ring to rank {} (TCP carries its data): {}", r,
+                 seg.status().message());
+      continue;
+    }
+    OutMessage offer;
+    offer.header.type = MsgType::ShmOffer;
+    offer.name = kShmFrameName;
+    offer.owned.resize(kShmOfferBytes);
+    encode_offer(seg.value().info(), offer.owned.data());
+    links_[r].out = std::make_unique<ShmProducer>(std::move(seg.value()));
+    inner_->send(r, std::move(offer));
+  }
+}
+
+bool ShmTransport::active_to(int dst) const {
+  return dst >= 0 && dst < opt_.size && links_[dst].out_active;
+}
+
+void ShmTransport::send(int dst, OutMessage msg) {
+  if (dst >= 0 && dst < opt_.size && !links_[dst].waiting.empty()) {
+    Link& link = links_[dst];
+    link.waiting_bytes += msg.owned.empty() ? msg.payload_len : msg.owned.size();
+    link.waiting.push_back(std::move(msg));
+    return;
+  }
+  if (!try_send(dst, msg)) {
+    Link& link = links_[dst];
+    link.waits++;
+    link.waiting_bytes += msg.owned.empty() ? msg.payload_len : msg.owned.size();
+    link.waiting.push_back(std::move(msg));
+  }
+}
+
+bool ShmTransport::try_send(int dst, OutMessage& msg) {
+  const uint64_t len = msg.owned.empty() ? msg.payload_len : msg.owned.size();
+  if (msg.header.type == MsgType::Data && len >= kShmMinPayload && active_to(dst)) {
+    Link& link = links_[dst];
+    const uint8_t* payload = msg.owned.empty() ? msg.payload : msg.owned.data();
+    ShmDescriptor where;
+    const bool may_wait = len <= link.out->max_waiting_payload();
+    if (may_wait ? link.out->push_or_ask(payload, len, &where) : link.out->push(payload, len, &where)) {
+      msg.header.type = MsgType::ShmData;
+      msg.owned.assign(kShmDescriptorBytes, 0);
+      encode_descriptor(where, msg.owned.data());
+      msg.payload = nullptr;
+      msg.payload_len = 0;
+      if (opt_.link_counters != nullptr) opt_.link_counters[dst].add_sent(len);
+      link.ring_frames++;
+    } else if (may_wait) {
+      return false;
+    } else {
+      link.tcp_frames++;
+    }
+  }
+  inner_->send(dst, std::move(msg));
+  return true;
+}
+
+void ShmTransport::on_credit(int dst) {
+  Link& link = links_[dst];
+  while (!link.waiting.empty()) {
+    OutMessage& msg = link.waiting.front();
+    const uint64_t len = msg.owned.empty() ? msg.payload_len : msg.owned.size();
+    if (!try_send(dst, msg)) return;
+    link.waiting_bytes -= len;
+    link.waiting.pop_front();
+  }
+}
+
+void ShmTransport::flush_waiting(int dst) {
+  Link& link = links_[dst];
+  std::deque<OutMessage> waiting = std::move(link.waiting);
+  link.waiting.clear();
+  link.waiting_bytes = 0;
+  for (OutMessage& msg : waiting) inner_->send(dst, std::move(msg));
+}
+
+uint64_t ShmTransport::queued_bytes(int dst) const {
+  const uint64_t waiting = dst >= 0 && dst < opt_.size ? links_[dst].waiting_bytes : 0;
+  return inner_->queued_bytes(dst) + waiting;
+}
+
+void ShmTransport::shutdown(std::function<void()> on_closed) {
+  // Waiting frames go out before the Bye.
+  for (int r = 0; r < opt_.size; ++r) {
+    links_[r].out_active = false;
+    flush_waiting(r);
+  }
+  inner_->shutdown(std::move(on_closed));
+}
+
+void ShmTransport::close_now(std::function<void()> on_closed) {
+  inner_->close_now(std::move(on_closed));
+  // With the links closed, TCP reports each waiting frame as not sent.
+  for (int r = 0; r < opt_.size; ++r) {
+    links_[r].out_active = false;
+    flush_waiting(r);
+  }
+}
+
+Status ShmTransport::accept_frame(int src, const FrameHeader& h, const std::string& name,
+                                  uint8_t** target) {
+  Link& link = links_[src];
+  switch (h.type) {
+    case MsgType::ShmOffer:
+      if (h.payload_len != kShmOfferBytes) {
+        return protocol(src, "ShmOffer with a " + std::to_string(h.payload_len) + "-byte payload");
+      }
+      if (link.in != nullptr) return protocol(src, "second ShmOffer");
+      *target = link.rx;
+      return {};
+    case MsgType::ShmReply:
+      if (h.payload_len != 0) return protocol(src, "ShmReply with a payload");
+      if (h.chunk == kCredit) {
+        // A credit may cross our link going down; without a ring it means nothing.
+        if (link.out == nullptr) return protocol(src, "ShmReply credit without a ring");
+      } else if (h.chunk > 1) {
+        return protocol(src, "ShmReply with answer " + std::to_string(h.chunk));
+      } else if (link.out == nullptr || link.out_active) {
+        return protocol(src, "ShmReply to no offer");
+      }
+      *target = nullptr;
+      return {};
+    case MsgType::ShmData:
+      if (link.in == nullptr) return protocol(src, "ShmData without a shared-memory ring");
+      *target = link.rx;
+      return {};
+    default:
+      return handler_->accept_frame(src, h, name, target);
+  }
+}
+
+void ShmTransport::frame_done(int src, const FrameHeader& h, const std::string& name) {
+  switch (h.type) {
+    case MsgType::ShmOffer: return on_offer(src, name);
+    case MsgType::ShmReply: return on_reply(src, h);
+    case MsgType::ShmData: return on_data(src, h, name);
+    default: return handler_->frame_done(src, h, name);
+  }
+}
+
+void ShmTransport::link_down(int src, bool graceful, const Status& why) {
+  links_[src].out_active = false;
+  handler_->link_down(src, graceful, why);
+  // TCP reports each waiting frame as not sent.
+  flush_waiting(src);
+}
+
+void ShmTransport::on_offer(int src, const std::string&) {
+  Link& link = links_[src];
+  OutMessage reply;
+  reply.header.type = MsgType::ShmReply;
+  reply.name = kShmFrameName;
+  reply.header.chunk = 0;
+  if (opt_.enabled) {
+    auto seg = ShmSegment::open(decode_offer(link.rx));
+    if (seg.is_ok()) {
+      link.in = std::make_unique<ShmConsumer>(std::move(seg.value()));
+      reply.header.chunk = 1;
+      log().debug("rank {} sends through shared memory", src);
+    } else {
+      log().info("declining rank {}'s shared-memory ring (TCP carries its data): {}", src,
+                 seg.status().message());
+    }
+  }
+  inner_->send(src, std::move(reply));
+}
+
+void ShmTransport::on_reply(int src, const FrameHeader& h) {
+  Link& link = links_[src];
+  if (h.chunk == kCredit) {
+    if (link.out_active) on_credit(src);
+    return;
+  }
+  if (h.chunk == 1) {
+    link.out_active = true;
+    // The receiver holds its own mapping now; ours stays, the descriptor can go.
+    link.out->segment().close_fd();
+  } else {
+    link.out.reset();
+  }
+}
+
+void ShmTransport::on_data(int src, const FrameHeader& h, const std::string& name) {
+  Link& link = links_[src];
+  const ShmDescriptor where = decode_descriptor(link.rx);
+  if (Status s = link.in->check(where, opt_.limits.max_payload); !s.is_ok()) {
+    return inner_->drop(src, protocol(src, s.message()));
+  }
+  // The frame as if its payload had come over TCP, validated like one.
+  FrameHeader data = h;
+  data.type = MsgType::Data;
+  data.payload_len = where.length;
+  uint8_t encoded[kHeaderSize];
+  encode_header(data, encoded);
+  if (Status s = decode_header(encoded, opt_.limits, &data); !s.is_ok()) {
+    return inner_->drop(src, protocol(src, "ShmData: " + s.message()));
+  }
+  uint8_t* target = nullptr;
+  if (Status s = handler_->accept_frame(src, data, name, &target); !s.is_ok()) {
+    return inner_->drop(src, s);
+  }
+  if (target != nullptr) std::memcpy(target, link.in->at(where), where.length);
+  if (link.in->release(where)) {
+    OutMessage credit;
+    credit.header.type = MsgType::ShmReply;
+    credit.header.chunk = kCredit;
+    credit.name = kShmFrameName;
+    inner_->send(src, std::move(credit));
+  }
+  if (opt_.link_counters != nullptr) opt_.link_counters[src].add_received(where.length);
+  handler_->frame_done(src, data, name);
+}
+
+}  // namespace taiji

@@ -1,0 +1,101 @@
+// Shared memory for peers on the same host, layered over the TCP transport.
+//
+// Each TCP link stays: it carries the handshake, every control frame, small payloads, and
+// serves as the doorbell. After connecting, each peer offers every same-host peer a ring
+// (transport/shm_ring.h) for its direction; once the receiver has mapped it, a Data frame
+// of at least kShmMinPayload bytes is copied into the ring and only a small ShmData frame
+// ("payload at position P, length L") goes over TCP. The receiver turns it back into the
+// Data frame, copies the bytes straight into the op's target and returns the ring space.
+// When the ring is full, frames to that rank wait, in order, until the receiver frees room
+// and wakes the sender with a ShmReply "credit" frame (sent only when asked for, through a
+// flag in the ring). A payload larger than half the ring may never fit (a payload never
+// wraps); when it does not fit at once it goes over TCP in the same ordered stream.
+//
+// Cost: one user copy on each side instead of two kernel copies and a syscall per socket
+// buffer; the doorbell adds one small TCP frame per payload.
+//
+// A lost peer is noticed through its TCP link, exactly as without shared memory. Ring
+// positions and lengths from a peer are checked like every other frame field: a bad one
+// closes the link with a Protocol error.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "monitor/link_counters.h"
+#include "transport/shm_ring.h"
+#include "transport/transport.h"
+
+namespace taiji {
+
+struct ShmOptions {
+  int rank = 0;
+  int size = 1;
+  FrameLimits limits;             // world_size and cluster_version filled in
+  uint64_t ring_bytes = 8 << 20;  // per directed pair
+  bool enabled = true;            // false: offer no ring and decline offers
+  LinkCounters* link_counters = nullptr;
+};
+
+// Payloads below this go over TCP: the doorbell would cost as much as the copy saves.
+constexpr uint64_t kShmMinPayload = 4096;
+
+class ShmTransport final : public Transport, public ReceiveHandler {
+ public:
+  // `inner` carries everything; frames received on it must be delivered to this object.
+  ShmTransport(ShmOptions options, Transport* inner, ReceiveHandler* handler);
+  ~ShmTransport() override;
+
+  // Offers a ring to every rank whose host index equals this rank's. Call on the I/O
+  // thread once the links are up.
+  void start(const std::vector<int>& host_of);
+  // Whether payloads to dst go through shared memory now (dst accepted our ring).
+  bool active_to(int dst) const;
+
+  // Transport
+  void send(int dst, OutMessage msg) override;
+  void pause_reading(int src) override { inner_->pause_reading(src); }
+  void resume_reading(int src) override { inner_->resume_reading(src); }
+  uint64_t queued_bytes(int dst) const override;
+  void drop(int rank, const Status& why) override { inner_->drop(rank, why); }
+  void shutdown(std::function<void()> on_closed) override;
+  void close_now(std::function<void()> on_closed) override;
+
+  // ReceiveHandler
+  Status accept_frame(int src, const FrameHeader& h, const std::string& name,
+                      uint8_t** target) override;
+  void frame_done(int src, const FrameHeader& h, const std::string& name) override;
+  void link_down(int src, bool graceful, const Status& why) override;
+
+ private:
+  struct Link {
+    std::unique_ptr<ShmProducer> out;       // our ring to this rank
+    bool out_active = false;                 // the rank mapped it
+    std::unique_ptr<ShmConsumer> in;        // this rank's ring to us
+    uint8_t rx[kShmOfferBytes] = {};         // payload of a ShmOffer or ShmData frame
+    std::deque<OutMessage> waiting;         // behind a full ring, in order
+    uint64_t waiting_bytes = 0;
+    uint64_t ring_frames = 0;                // sent through the ring
+    uint64_t tcp_frames = 0;                 // bulk, but too large for the ring's free room
+    uint64_t waits = 0;                      // times the ring was full
+  };
+
+  // Sends msg, through the ring when it is bulk and the ring is up. False (msg untouched)
+  // when it must wait for room.
+  bool try_send(int dst, OutMessage& msg);
+  void on_credit(int dst);
+  // Hands every waiting frame to TCP (in order), e.g. before a Bye or after a link is gone.
+  void flush_waiting(int dst);
+
+  void on_offer(int src, const std::string& name);
+  void on_reply(int src, const FrameHeader& h);
+  void on_data(int src, const FrameHeader& h, const std::string& name);
+
+  ShmOptions opt_;
+  Transport* inner_;
+  ReceiveHandler* handler_;
+  std::vector<Link> links_;
+};
+
+}  // namespace taiji

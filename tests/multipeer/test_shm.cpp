@@ -1,0 +1,163 @@
+// Same-host data through shared memory gives the same bits as TCP. Every dtype and
+// reduction, counts below the shared-memory threshold, at chunk boundaries, spanning many
+// chunks and larger than the ring, plus broadcast and allgather, at n = 2, 3, 4, under:
+//   TCP only (TAIJI_SHM=off);
+//   a 64 KiB ring with 16 KiB chunks, so the ring fills and frames fall back to TCP while
+//   later ones go through the ring again;
+//   the default ring and chunk size;
+//   two hosts (listen address by rank parity): shared memory within each, TCP between.
+// Allreduce outputs are checked against the serial reference on one rank per case and, on
+// every rank, bitwise against the TCP run's output.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "harness.h"
+
+namespace {
+
+using namespace taiji_test;
+
+constexpr int64_t kOpTimeoutMs = 30000;
+
+struct Setup {
+  const char* what;
+  const char* shm;
+  const char* ring;
+  const char* chunk;
+  bool two_hosts;
+};
+
+const Setup kTcp = {"tcp", "off", "64K", "16K", false};
+const Setup kSetups[] = {
+    {"small ring", "auto", "64K", "16K", false},
+    {"default ring", "auto", "8M", "1M", false},
+    {"two hosts", "auto", "64K", "16K", true},
+};
+
+struct Case {
+  std::string name;
+  ReduceCase rc;
+};
+
+std::vector<Case> plan() {
+  std::vector<Case> cases;
+  auto add = [&](taiji_dtype_t dtype, taiji_reduce_op_t op, size_t count) {
+    Case c;
+    c.rc.dtype = dtype;
+    c.rc.op = op;
+    c.rc.count = count;
+    c.name = std::string("shm/") + dtype_name(dtype) + "/" + op_name(op) + "/" + std::to_string(count);
+    c.rc.salt = salt_of(c.name);
+    cases.push_back(c);
+  };
+  for (taiji_dtype_t dtype : kAllDtypes) {
+    const size_t elem = dtype_size(dtype);
+    // Below the threshold, one 16 KiB chunk exactly and one element more, many chunks.
+    for (size_t count : {size_t{7}, 16384 / elem, 16384 / elem + 1, 70001 / elem + 3}) {
+      add(dtype, TAIJI_SUM, count);
+    }
+  }
+  for (taiji_reduce_op_t op : kAllOps) add(TAIJI_F32, op, 40000);
+  // 10 MiB: more than the default 8 MiB ring.
+  add(TAIJI_F32, TAIJI_SUM, 2621447);
+  return cases;
+}
+
+// Output digests by op name and rank.
+using Digests = std::map<std::string, std::vector<uint64_t>>;
+
+void run(int n, const Setup& setup, Digests* digests) {
+  EnvOverride shm("TAIJI_SHM", setup.shm);
+  EnvOverride ring("TAIJI_SHM_RING_BYTES", setup.ring);
+  EnvOverride chunk("TAIJI_CHUNK_BYTES", setup.chunk);
+  const std::vector<Case> cases = plan();
+  Failures failures;
+  std::mutex mu;
+  PeerOptions options;
+  if (setup.two_hosts) {
+    options.configure = [](int rank, taiji_config_t& cfg) { cfg.listen_host = rank % 2 ? "127.0.0.2" : "127.0.0.1"; };
+  }
+  auto record = [&](const std::string& name, int rank, const void* data, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& v = (*digests)[name];
+    v.resize(static_cast<size_t>(n));
+    v[static_cast<size_t>(rank)] = digest(data, bytes);
+  };
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    taiji_op_options_t opt = op_options(kOpTimeoutMs);
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const Case& c = cases[k];
+      const size_t bytes = c.rc.count * dtype_size(c.rc.dtype);
+      std::vector<uint8_t> in(bytes);
+      GuardedBuffer out(bytes);
+      fill_input(c.rc, rank, in.data());
+      taiji_status_t s = taiji_allreduce(peer, c.name.c_str(), in.data(), out.data(), c.rc.count,
+                                         c.rc.dtype, c.rc.op, &opt, nullptr);
+      if (!failures.expect_status(rank, c.name, s, TAIJI_OK)) return;
+      failures.expect(rank, out.guard_intact(), c.name + ": wrote past the output");
+      record(c.name, rank, out.data(), bytes);
+      if (static_cast<int>(k % static_cast<size_t>(n)) == rank) {
+        std::string err = check_reduce(c.rc, n, out.data());
+        if (!err.empty()) failures.add(rank, c.name + ": " + err);
+      }
+    }
+    // Broadcast from every root and an allgather, both over many chunks.
+    for (int root = 0; root < n; ++root) {
+      const std::string name = "shm/bcast/" + std::to_string(root);
+      std::vector<uint8_t> buf(300001);
+      std::vector<uint8_t> want(buf.size());
+      fill_bytes(salt_of(name), want.data(), want.size());
+      if (rank == root) buf = want;
+      taiji_status_t s = taiji_broadcast(peer, name.c_str(), buf.data(), buf.size(), TAIJI_U8, root,
+                                         &opt, nullptr);
+      if (!failures.expect_status(rank, name, s, TAIJI_OK)) return;
+      failures.expect(rank, buf == want, name + ": wrong bytes");
+    }
+    const size_t block = 20001;
+    std::vector<int32_t> mine(block);
+    for (size_t i = 0; i < block; ++i) mine[i] = static_cast<int32_t>(gen64(7, rank, i));
+    std::vector<int32_t> all(block * static_cast<size_t>(n));
+    taiji_status_t s = taiji_allgather(peer, "shm/allgather", mine.data(), all.data(), block,
+                                       TAIJI_I32, &opt, nullptr);
+    if (!failures.expect_status(rank, "allgather", s, TAIJI_OK)) return;
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < block; ++i) {
+        if (all[static_cast<size_t>(r) * block + i] != static_cast<int32_t>(gen64(7, r, i))) {
+          failures.add(rank, "allgather: wrong element " + std::to_string(i) + " of rank " + std::to_string(r));
+          break;
+        }
+      }
+    }
+    taiji_op_options_t end = op_options(kOpTimeoutMs);
+    failures.expect_status(rank, "end barrier", taiji_barrier(peer, "shm/end", &end, nullptr), TAIJI_OK);
+  }, options);
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
+}  // namespace
+
+TEST_CASE("shm: every collective through shared memory matches TCP bitwise", "[shm]") {
+  const int n = GENERATE(2, 3, 4);
+  CAPTURE(n);
+  Digests tcp;
+  run(n, kTcp, &tcp);
+  for (const Setup& setup : kSetups) {
+    CAPTURE(setup.what);
+    Digests got;
+    run(n, setup, &got);
+    REQUIRE(got.size() == tcp.size());
+    for (const auto& [name, want] : tcp) {
+      CAPTURE(name);
+      CHECK(got[name] == want);
+      // Every rank holds the same bits.
+      for (uint64_t d : want) CHECK(d == want[0]);
+    }
+  }
+}

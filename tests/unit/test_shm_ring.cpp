@@ -1,0 +1,244 @@
+// The shared-memory ring: placement, a producer and a consumer over a real segment mapped
+// twice (as two processes would), refusal of every position or length that is not exactly
+// the next one, and refusal of segments that are not the one offered.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/frame.h"
+#include "transport/shm_ring.h"
+
+using namespace taiji;
+
+namespace {
+
+constexpr uint64_t kCap = kShmMinRingBytes;
+
+std::vector<uint8_t> pattern(uint64_t len, uint8_t seed) {
+  std::vector<uint8_t> v(len);
+  for (uint64_t i = 0; i < len; ++i) v[i] = static_cast<uint8_t>(seed * 31 + i * 7 + (i >> 8));
+  return v;
+}
+
+struct Pair {
+  std::unique_ptr<ShmProducer> producer;
+  std::unique_ptr<ShmConsumer> consumer;
+};
+
+Pair make_pair() {
+  auto created = ShmSegment::create(kCap);
+  REQUIRE(created.is_ok());
+  ShmSegmentInfo info = created.value().info();
+  auto opened = ShmSegment::open(info);
+  REQUIRE(opened.is_ok());
+  Pair p;
+  p.producer = std::make_unique<ShmProducer>(std::move(created.value()));
+  p.consumer = std::make_unique<ShmConsumer>(std::move(opened.value()));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("shm placement: a payload that would cross the end starts at the next lap", "[shm]") {
+  CHECK(shm_place(0, 100, 1000) == 0);
+  CHECK(shm_place(900, 100, 1000) == 900);
+  CHECK(shm_place(901, 100, 1000) == 1000);
+  CHECK(shm_place(1999, 1, 1000) == 1999);
+  CHECK(shm_place(1999, 2, 1000) == 2000);
+  CHECK(shm_place(5000, 1000, 1000) == 5000);
+}
+
+TEST_CASE("shm offer and descriptor round-trip", "[shm]") {
+  ShmSegmentInfo info{123456, 77, 1ull << 33, 0x0123456789abcdefull};
+  uint8_t buf[kShmOfferBytes];
+  encode_offer(info, buf);
+  ShmSegmentInfo back = decode_offer(buf);
+  CHECK(back.pid == info.pid);
+  CHECK(back.fd == info.fd);
+  CHECK(back.capacity == info.capacity);
+  CHECK(back.nonce == info.nonce);
+  uint8_t d[kShmDescriptorBytes];
+  encode_descriptor({0xfedcba9876543210ull, 4096}, d);
+  ShmDescriptor where = decode_descriptor(d);
+  CHECK(where.position == 0xfedcba9876543210ull);
+  CHECK(where.length == 4096);
+}
+
+TEST_CASE("shm ring carries payloads in order through wrap-around and refuses when full", "[shm]") {
+  Pair p = make_pair();
+  // Sizes chosen so the ring wraps several times with a skipped tail at the end.
+  const uint64_t sizes[] = {4096, 30000, 20000, 17000, 1, 40000, 8, 32769, 12345, 33333};
+  uint64_t expected_end = 0;
+  for (int round = 0; round < 3; ++round) {
+    uint8_t seed = 0;
+    for (uint64_t len : sizes) {
+      auto bytes = pattern(len, static_cast<uint8_t>(seed++ + round));
+      ShmDescriptor where;
+      REQUIRE(p.producer->push(bytes.data(), len, &where));
+      CHECK(where.position == shm_place(expected_end, len, kCap));
+      CHECK(where.length == len);
+      REQUIRE(p.consumer->check(where, 1ull << 30).is_ok());
+      CHECK(std::memcmp(p.consumer->at(where), bytes.data(), len) == 0);
+      p.consumer->release(where);
+      expected_end = where.position + len;
+    }
+  }
+
+}
+
+TEST_CASE("shm ring refuses a payload while unreleased ones fill it", "[shm]") {
+  Pair p = make_pair();
+  auto big = pattern(kCap / 2, 9);
+  ShmDescriptor a;
+  ShmDescriptor b;
+  ShmDescriptor c;
+  REQUIRE(p.producer->push(big.data(), big.size(), &a));
+  REQUIRE(p.producer->push(big.data(), big.size(), &b));
+  CHECK(b.position == kCap / 2);
+  CHECK_FALSE(p.producer->push(big.data(), 1, &c));
+  REQUIRE(p.consumer->check(a, kCap).is_ok());
+  p.consumer->release(a);
+  REQUIRE(p.producer->push(big.data(), big.size(), &c));
+  CHECK(c.position == kCap);
+  CHECK_FALSE(p.producer->push(big.data(), 1, &c));
+  REQUIRE(p.consumer->check(b, kCap).is_ok());
+  CHECK(std::memcmp(p.consumer->at(b), big.data(), big.size()) == 0);
+  p.consumer->release(b);
+  REQUIRE(p.consumer->check(c, kCap).is_ok());
+  CHECK(std::memcmp(p.consumer->at(c), big.data(), big.size()) == 0);
+  CHECK_FALSE(p.producer->push(big.data(), kCap + 1, &c));
+  CHECK_FALSE(p.producer->push(big.data(), 0, &c));
+}
+
+TEST_CASE("shm ring takes a payload of its whole capacity only when empty at a lap start", "[shm]") {
+  Pair p = make_pair();
+  auto whole = pattern(kCap, 3);
+  ShmDescriptor where;
+  REQUIRE(p.producer->push(whole.data(), kCap, &where));
+  CHECK(where.position == 0);
+  REQUIRE(p.consumer->check(where, kCap).is_ok());
+  CHECK(std::memcmp(p.consumer->at(where), whole.data(), kCap) == 0);
+  CHECK_FALSE(p.producer->push(whole.data(), 1, &where));
+  p.consumer->release({0, kCap});
+  REQUIRE(p.producer->push(whole.data(), 1, &where));
+  CHECK(where.position == kCap);
+  p.consumer->release(where);
+  // Mid-lap, the whole capacity would have to skip over space counted as in use.
+  CHECK_FALSE(p.producer->push(whole.data(), kCap, &where));
+}
+
+TEST_CASE("shm consumer refuses every descriptor but the next one", "[shm]") {
+  Pair p = make_pair();
+  auto bytes = pattern(1000, 1);
+  ShmDescriptor first;
+  REQUIRE(p.producer->push(bytes.data(), 1000, &first));
+  auto refused = [&](ShmDescriptor d, uint64_t max_payload, const std::string& words) {
+    Status s = p.consumer->check(d, max_payload);
+    CHECK(s.code() == Code::Protocol);
+    CHECK_THAT(s.message(), Catch::Contains(words));
+  };
+  refused({1, 1000}, 1 << 20, "expected 0");
+  refused({kCap, 1000}, 1 << 20, "expected 0");
+  refused({0, 0}, 1 << 20, "length 0");
+  refused({0, kCap + 1}, 1ull << 30, "out of range");
+  refused({0, 1000}, 999, "out of range");
+  REQUIRE(p.consumer->check(first, 1 << 20).is_ok());
+  p.consumer->release(first);
+  // The next payload must follow the first; one that would cross the end must skip it.
+  refused({0, 1000}, 1 << 20, "expected 1000");
+  CHECK(p.consumer->check({1000, kCap - 1000}, 1 << 20).is_ok());
+  refused({1000, kCap - 999}, 1 << 20, "expected " + std::to_string(kCap));
+  CHECK(p.consumer->check({kCap, kCap - 999}, 1 << 20).is_ok());
+}
+
+TEST_CASE("shm open refuses a segment that is not the one offered", "[shm]") {
+  auto created = ShmSegment::create(kCap);
+  REQUIRE(created.is_ok());
+  ShmSegmentInfo info = created.value().info();
+  CHECK(info.pid == static_cast<uint32_t>(getpid()));
+  CHECK(info.capacity == kCap);
+
+  ShmSegmentInfo wrong_nonce = info;
+  wrong_nonce.nonce ^= 1;
+  CHECK(ShmSegment::open(wrong_nonce).status().code() == Code::Protocol);
+  ShmSegmentInfo wrong_size = info;
+  wrong_size.capacity = kCap * 2;
+  CHECK(ShmSegment::open(wrong_size).status().code() == Code::Protocol);
+  ShmSegmentInfo tiny = info;
+  tiny.capacity = 16;
+  CHECK(ShmSegment::open(tiny).status().code() == Code::Protocol);
+  ShmSegmentInfo no_fd = info;
+  no_fd.fd = 1000000;
+  CHECK(ShmSegment::open(no_fd).status().code() == Code::Io);
+  // A descriptor that is not a ring is never opened, whatever its size.
+  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  REQUIRE(null_fd >= 0);
+  ShmSegmentInfo not_ring = info;
+  not_ring.fd = static_cast<uint32_t>(null_fd);
+  Status refused = ShmSegment::open(not_ring).status();
+  CHECK(refused.code() == Code::Protocol);
+  CHECK_THAT(refused.message(), Catch::Contains("is not a ring (/dev/null)"));
+  close(null_fd);
+
+  // Once the creator closed its descriptor the segment cannot be found any more.
+  created.value().close_fd();
+  CHECK_FALSE(ShmSegment::open(info).is_ok());
+  CHECK(ShmSegment::create(16).status().code() == Code::InvalidArgument);
+}
+
+TEST_CASE("ShmData frames carry exactly a descriptor and are checked like Data", "[shm]") {
+  FrameLimits l;
+  l.world_size = 4;
+  FrameHeader h;
+  h.type = MsgType::ShmData;
+  h.op_kind = OpKind::Allreduce;
+  h.dtype = 0;
+  h.name_len = 3;
+  h.payload_len = kShmDataPayload;
+  uint8_t buf[kHeaderSize];
+  FrameHeader out;
+  encode_header(h, buf);
+  REQUIRE(decode_header(buf, l, &out).is_ok());
+  CHECK(out.type == MsgType::ShmData);
+
+  h.payload_len = 24;
+  encode_header(h, buf);
+  Status s = decode_header(buf, l, &out);
+  CHECK(s.code() == Code::Protocol);
+  CHECK_THAT(s.message(), Catch::Contains("ShmData"));
+
+  h.payload_len = kShmDataPayload;
+  h.root = 4;
+  encode_header(h, buf);
+  CHECK_THAT(decode_header(buf, l, &out).message(), Catch::Contains("root 4"));
+
+  h.root = 0;
+  h.op_kind = OpKind::None;
+  encode_header(h, buf);
+  CHECK_THAT(decode_header(buf, l, &out).message(), Catch::Contains("op_kind 0"));
+}
+
+TEST_CASE("shm ring owes a credit exactly to a producer that found it full", "[shm]") {
+  Pair p = make_pair();
+  auto half = pattern(kCap / 2, 5);
+  ShmDescriptor a;
+  ShmDescriptor b;
+  ShmDescriptor c;
+  REQUIRE(p.producer->push_or_ask(half.data(), half.size(), &a));
+  REQUIRE(p.producer->push_or_ask(half.data(), half.size(), &b));
+  REQUIRE(p.consumer->check(a, kCap).is_ok());
+  CHECK_FALSE(p.consumer->release(a));  // nobody asked
+  REQUIRE(p.producer->push_or_ask(half.data(), half.size(), &c));
+  CHECK_FALSE(p.producer->push_or_ask(half.data(), 1, &c));
+  REQUIRE(p.consumer->check(b, kCap).is_ok());
+  CHECK(p.consumer->release(b));        // the producer asked: it gets one wake-up
+  REQUIRE(p.producer->push(half.data(), 1, &c));
+  CHECK(c.position == 3 * (kCap / 2));
+  CHECK(p.producer->max_waiting_payload() == kCap / 2);
+}
