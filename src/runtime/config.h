@@ -45,6 +45,9 @@ struct Config {
   std::string metrics_addr;         // Prometheus endpoint "host:port"; empty: none
   int64_t flight_recorder_size = -1;  // ops the flight recorder keeps; -1: unset (256), 0: off
   std::string flight_recorder_dir;  // where timeout dumps go; empty: unset ($TMPDIR or /tmp)
+  int fusion = -1;                  // fuse small allreduces: 1 on, 0 off; -1: unset (off)
+  uint64_t fusion_max_op_bytes = 0; // largest op fused; 0: unset (64 KiB)
+  uint64_t fusion_buffer_bytes = 0; // largest fused buffer; 0: unset (4 MiB)
 };
 
 // Fills unset fields of `explicit_values` from the environment, then from defaults, and
@@ -59,7 +62,8 @@ struct Config {
 // TAIJI_CHUNK_BYTES, TAIJI_EAGER_BYTES, TAIJI_UNEXPECTED_BYTES, TAIJI_MAX_PAYLOAD_BYTES,
 // TAIJI_MAX_NAME_LEN, TAIJI_TOPOLOGY, TAIJI_HOST, TAIJI_LOG_LEVEL, TAIJI_SECRET_FILE,
 // TAIJI_HANDSHAKE_TIMEOUT_MS, TAIJI_MAX_PENDING_CONNECTIONS, TAIJI_STALL_WARN_MS,
-// TAIJI_METRICS, TAIJI_METRICS_ADDR, TAIJI_FLIGHT_RECORDER_SIZE, TAIJI_FLIGHT_RECORDER_DIR.
+// TAIJI_METRICS, TAIJI_METRICS_ADDR, TAIJI_FLIGHT_RECORDER_SIZE, TAIJI_FLIGHT_RECORDER_DIR,
+// TAIJI_FUSION, TAIJI_FUSION_MAX_OP_BYTES, TAIJI_FUSION_BUFFER_BYTES.
 // A secret file must be a regular file with no group or other permission bits, holding
 // 16 bytes to 4 KiB (its bytes, verbatim, are the key).
 // Byte sizes accept a K, M or G suffix (powers of 1024). Nothing set at all means a single
