@@ -100,6 +100,7 @@ void Fusion::start_round() {
     return s;
   };
   round_running_ = true;
+  log().debug("fusion round {} starts with {} ops", rounds_, listed.size());
   hooks_.start_internal(std::move(op));
 }
 
@@ -155,7 +156,11 @@ void Fusion::on_round(const Round& round, const Status& s) {
     log().error("{}", why.message());
     finish(*w, why);
   }
-  for (const FusionGroup& g : plan_fusion_groups(outcome.agreed, opt_.buffer_bytes)) start_group(g);
+  auto groups = plan_fusion_groups(outcome.agreed, opt_.buffer_bytes);
+  log().debug("fusion round {}: {} ops settled in {} groups, {} mismatched, {} still waiting", rounds_,
+              outcome.agreed.size(), groups.size(), outcome.mismatched.size(),
+              waiting_.size() - outcome.agreed.size());
+  for (const FusionGroup& g : groups) start_group(g);
   for (auto& [key, w] : waiting_) w->listed = false;
   held_ = outcome.agreed.empty() && outcome.mismatched.empty();
   start_round();
@@ -200,6 +205,7 @@ void Fusion::start_group(const FusionGroup& plan) {
 }
 
 void Fusion::on_group(Group& group, const Status& s) {
+  log().debug("fusion group of {} done", group.members.size());
   const uint64_t elem = dtype_size(group.plan.dtype);
   uint64_t offset = 0;
   for (size_t i = 0; i < group.members.size(); ++i) {
@@ -238,18 +244,16 @@ void Fusion::tick() {
   const uint64_t now = now_ms();
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Waiting& w = *it->second;
-    // A listed op waits for its round: the others may settle it, and then need it.
-    if (w.listed) {
-      ++it;
-      continue;
-    }
     if (hooks_.has_early(w.op.name, w.op.version)) {
       // Some peer runs it unfused (not eligible there, or fusion off): run it the same way,
-      // so that the engine reports the disagreement to both.
+      // so that the engine reports the disagreement to both. That peer never lists it, so
+      // no round can settle it, even one that lists it here.
       PostedOp op = std::move(w.op);
       it = waiting_.erase(it);
       hooks_.start_unfused(std::move(op));
-    } else if (now >= w.deadline_ms) {
+    } else if (!w.listed && now >= w.deadline_ms) {
+      // A listed op waits for its round (whose deadline is the latest of its ops'): the
+      // others may settle it, and then need it.
       std::unique_ptr<Waiting> owned = std::move(it->second);
       it = waiting_.erase(it);
       finish(*owned, {Code::Timeout, title(owned->op) + ": timed out after " +
