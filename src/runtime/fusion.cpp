@@ -53,7 +53,8 @@ bool Fusion::offer(PostedOp& op) {
   }
   auto w = std::make_unique<Waiting>();
   w->entry = {fusion_name_hash(op.name), op.version, s.count, static_cast<uint8_t>(s.dtype),
-              static_cast<uint8_t>(s.redop)};
+              static_cast<uint8_t>(s.redop), {}};
+  if (w->entry.inline_data()) std::memcpy(w->entry.data.data(), s.send, w->entry.bytes());
   Key key{w->entry.hash, w->entry.version};
   // Two names with one hash: the same on every rank, so every rank runs it unfused.
   if (waiting_.count(key) != 0) return false;
@@ -155,6 +156,15 @@ void Fusion::on_round(const Round& round, const Status& s) {
                                    std::to_string(m.rank_a) + " posted " + describe_fusion_shape(m.shape_a)};
     log().error("{}", why.message());
     finish(*w, why);
+  }
+  for (const FusionEntry& e : outcome.agreed) {
+    if (!e.inline_data()) continue;
+    auto it = waiting_.find({e.hash, e.version});
+    if (it == waiting_.end()) continue;
+    std::unique_ptr<Waiting> w = std::move(it->second);
+    waiting_.erase(it);
+    reduce_inline_entry(lists, e, opt_.size, static_cast<uint8_t*>(w->op.spec.recv));
+    finish(*w, {});
   }
   auto groups = plan_fusion_groups(outcome.agreed, opt_.buffer_bytes);
   log().debug("fusion round {}: {} ops settled in {} groups, {} mismatched, {} still waiting", rounds_,

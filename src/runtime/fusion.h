@@ -57,7 +57,7 @@ class Fusion {
  public:
   static constexpr const char* kRoundName = "taiji.fuse.round";
   static constexpr const char* kGroupName = "taiji.fuse";
-  // Ops one round can list: 128 entries, 4 KiB per rank.
+  // Ops one round can list: 128 entries, 6 KiB per rank.
   static constexpr size_t kRoundSlots = 128;
 
   Fusion(FusionOptions options, FusionHooks hooks, NameTable* names);

@@ -1,7 +1,10 @@
 #include "runtime/fusion_plan.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
+
+#include "collectives/reduce_kernels.h"
 
 namespace taiji {
 
@@ -41,6 +44,7 @@ void encode_fusion_entries(const std::vector<FusionEntry>& entries, uint8_t* out
     p[kUsedAt] = 1;
     p[kUsedAt + 1] = entries[i].dtype;
     p[kUsedAt + 2] = entries[i].redop;
+    if (entries[i].inline_data()) std::memcpy(p + 32, entries[i].data.data(), kFusionInlineBytes);
   }
 }
 
@@ -55,6 +59,7 @@ std::vector<FusionEntry> decode_fusion_entries(const uint8_t* in, size_t slots) 
     e.count = get64(p + 16);
     e.dtype = p[kUsedAt + 1];
     e.redop = p[kUsedAt + 2];
+    std::memcpy(e.data.data(), p + 32, kFusionInlineBytes);
     out.push_back(e);
   }
   return out;
@@ -92,11 +97,31 @@ FusionOutcome settle_fusion_round(const std::vector<std::vector<FusionEntry>>& l
   return out;
 }
 
+void reduce_inline_entry(const std::vector<std::vector<FusionEntry>>& lists, const FusionEntry& entry,
+                         int size, uint8_t* out) {
+  const auto dtype = static_cast<DType>(entry.dtype);
+  const auto redop = static_cast<RedOp>(entry.redop);
+  bool first = true;
+  for (const auto& list : lists) {
+    auto at = std::find_if(list.begin(), list.end(), [&](const FusionEntry& e) { return e.same_op(entry); });
+    if (at == list.end()) continue;  // settled ops are in every list
+    if (first) {
+      std::memcpy(out, at->data.data(), entry.bytes());
+      first = false;
+    } else {
+      reduce_into(dtype, redop, out, at->data.data(), entry.count);
+    }
+  }
+  if (redop == RedOp::Avg) finish_average(dtype, out, entry.count, size);
+}
+
 std::vector<FusionGroup> plan_fusion_groups(const std::vector<FusionEntry>& agreed,
                                             uint64_t buffer_bytes) {
   // Buckets in (dtype, redop) order, members in agreed order: the same on every rank.
   std::map<std::pair<uint8_t, uint8_t>, std::vector<FusionEntry>> buckets;
-  for (const FusionEntry& e : agreed) buckets[{e.dtype, e.redop}].push_back(e);
+  for (const FusionEntry& e : agreed) {
+    if (!e.inline_data()) buckets[{e.dtype, e.redop}].push_back(e);
+  }
   std::vector<FusionGroup> groups;
   for (auto& [kind, members] : buckets) {
     uint64_t elem = dtype_size(static_cast<DType>(kind.first));

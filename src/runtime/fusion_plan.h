@@ -2,6 +2,7 @@
 // and how every rank, from the same lists, settles the same groups in the same order.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -9,6 +10,10 @@
 #include "common/dtype.h"
 
 namespace taiji {
+
+// Ops of at most this many bytes travel inside their negotiation entry: once every rank
+// listed one, each rank reduces it from the round's data, with no allreduce of its own.
+constexpr size_t kFusionInlineBytes = 16;
 
 // One waiting op as the negotiation sees it. Names travel as a 64-bit hash, so that an
 // entry has a fixed size whatever the name's length.
@@ -18,6 +23,10 @@ struct FusionEntry {
   uint64_t count = 0;
   uint8_t dtype = 0;
   uint8_t redop = 0;
+  std::array<uint8_t, kFusionInlineBytes> data{};  // the input, when inline()
+
+  uint64_t bytes() const { return count * dtype_size(static_cast<DType>(dtype)); }
+  bool inline_data() const { return bytes() <= kFusionInlineBytes; }
 
   bool same_op(const FusionEntry& o) const { return hash == o.hash && version == o.version; }
   bool same_shape(const FusionEntry& o) const {
@@ -29,7 +38,7 @@ inline bool operator<(const FusionEntry& a, const FusionEntry& b) {
   return a.hash != b.hash ? a.hash < b.hash : a.version < b.version;
 }
 
-constexpr size_t kFusionEntryBytes = 32;
+constexpr size_t kFusionEntryBytes = 32 + kFusionInlineBytes;
 
 uint64_t fusion_name_hash(const std::string& name);
 
@@ -61,7 +70,13 @@ struct FusionGroup {
   std::vector<FusionEntry> members;         // in buffer order
 };
 
-// Groups of one dtype and reduction each, at most buffer_bytes (a single larger op alone).
+// An agreed inline op's result: every rank's data combined in rank order (the same bits
+// on every rank). `out` holds entry.bytes().
+void reduce_inline_entry(const std::vector<std::vector<FusionEntry>>& lists, const FusionEntry& entry,
+                         int size, uint8_t* out);
+
+// Groups of one dtype and reduction each, at most buffer_bytes (a single larger op alone);
+// inline ops are left out.
 std::vector<FusionGroup> plan_fusion_groups(const std::vector<FusionEntry>& agreed,
                                             uint64_t buffer_bytes);
 

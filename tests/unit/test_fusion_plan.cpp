@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "runtime/fusion_plan.h"
@@ -82,4 +83,24 @@ TEST_CASE("fusion plan: groups hold one dtype and op each and respect the buffer
   auto again = plan_fusion_groups(agreed, 1200);
   REQUIRE(again.size() == groups.size());
   for (size_t i = 0; i < groups.size(); ++i) CHECK(again[i].count == groups[i].count);
+}
+
+TEST_CASE("fusion plan: tiny ops reduce from the lists' own data, in rank order", "[fusionplan]") {
+  std::vector<std::vector<FusionEntry>> lists(3);
+  for (int r = 0; r < 3; ++r) {
+    FusionEntry e = entry("t", 2, DType::I32, RedOp::Avg);
+    int32_t v[2] = {10 * (r + 1), -(r + 1)};
+    std::memcpy(e.data.data(), v, sizeof(v));
+    lists[static_cast<size_t>(r)].push_back(e);
+  }
+  auto out = settle_fusion_round(lists, 1);
+  REQUIRE(out.agreed.size() == 1);
+  REQUIRE(out.agreed[0].inline_data());
+  int32_t got[2] = {0, 0};
+  reduce_inline_entry(lists, out.agreed[0], 3, reinterpret_cast<uint8_t*>(got));
+  CHECK(got[0] == 20);
+  CHECK(got[1] == -2);
+  // Inline ops take no buffer; larger ones do.
+  CHECK(plan_fusion_groups(out.agreed, 1 << 20).empty());
+  CHECK_FALSE(entry("u", 5).inline_data());
 }
