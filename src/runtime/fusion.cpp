@@ -60,9 +60,11 @@ bool Fusion::offer(PostedOp& op) {
   if (waiting_.count(key) != 0) return false;
   w->deadline_ms = op.posted_ns / 1000000 + op.timeout_ms;
   w->op = std::move(op);
-  Waiting& ref = *w;
+  if (!closed_.is_ok()) {
+    finish(*w, closed_);
+    return true;
+  }
   waiting_[key] = std::move(w);
-  if (!closed_.is_ok()) return finish(ref, closed_), true;
   held_ = false;
   schedule();
   return true;
