@@ -64,6 +64,12 @@ CollectiveOp::CollectiveOp(CollectiveSpec spec) : spec_(std::move(spec)) {
   }
   sources_.assign(sources.begin(), sources.end());
   destinations_.assign(destinations.begin(), destinations.end());
+  if (spec_.norms && spec_.kind == OpKind::Allreduce) {
+    local_left_ = chunks();
+    for (const Chunk& ch : plan_) rooted_left_ += ch.reduce->parent(spec_.rank) < 0 ? 1 : 0;
+  } else {
+    spec_.norms.reset();
+  }
 }
 
 void CollectiveOp::plan() {
@@ -205,7 +211,11 @@ void CollectiveOp::start(std::vector<ChunkSend>* out) {
     switch (ch.mode) {
       case Mode::ReduceBcast:
       case Mode::Reduce:
-        if (ch.pending == 0) reduced(c, out);
+        if (ch.pending == 0) {
+          // No children: this rank's input goes on (or is the result) as it is.
+          if (spec_.norms) count_local(chunk_norm(c));
+          reduced(c, out);
+        }
         break;
       case Mode::Bcast:
         if (ch.bcast->parent(spec_.rank) < 0) finalised(c, out);
@@ -275,6 +285,23 @@ void CollectiveOp::delivered(int src, uint32_t chunk, Stage stage, std::vector<C
   // Children are combined in rank order once all arrived: the result does not depend on
   // arrival timing, so repeated runs are bitwise reproducible.
   uint64_t n = chunk_bytes_of(chunk) / elem_;
+  if (spec_.norms) {
+    // The first combine reads this rank's input anyway; the last one, where the reduction
+    // ends here and no division follows, writes the result.
+    const bool result_here = ch.reduce->parent(spec_.rank) < 0 && spec_.redop == RedOp::Sum;
+    double before = 0;
+    double after = 0;
+    for (size_t k = 0; k < ch.partials.size(); ++k) {
+      const bool last = k + 1 == ch.partials.size();
+      reduce_into_counting(spec_.dtype, spec_.redop, chunk_ptr(chunk), ch.partials[k].data(), n,
+                           k == 0 ? &before : nullptr, last && result_here ? &after : nullptr);
+      std::vector<uint8_t>().swap(ch.partials[k]);
+    }
+    count_local(before);
+    if (result_here) count_rooted(after);
+    reduced(chunk, out);
+    return;
+  }
   for (auto& partial : ch.partials) {
     if (n > 0) reduce_into(spec_.dtype, spec_.redop, chunk_ptr(chunk), partial.data(), n);
     std::vector<uint8_t>().swap(partial);
@@ -294,7 +321,31 @@ void CollectiveOp::reduced(uint32_t c, std::vector<ChunkSend>* out) {
   if (spec_.redop == RedOp::Avg && spec_.kind != OpKind::Barrier) {
     finish_average(spec_.dtype, chunk_ptr(c), chunk_bytes_of(c) / elem_, spec_.size);
   }
+  // The result's norm, unless the last combine already counted it.
+  if (spec_.norms && (spec_.redop != RedOp::Sum || ch.reduce->children(spec_.rank).empty())) {
+    count_rooted(chunk_norm(c));
+  }
   finalised(c, out);
+}
+
+double CollectiveOp::chunk_norm(uint32_t c) const {
+  return squared_norm(spec_.dtype, chunk_ptr(c), chunk_bytes_of(c) / elem_);
+}
+
+void CollectiveOp::count_local(double sum) {
+  spec_.norms->local += sum;
+  --local_left_;
+  if (local_left_ == 0 && rooted_left_ == 0 && spec_.norms->on_counted) {
+    spec_.norms->on_counted(spec_.norms->local, spec_.norms->rooted);
+  }
+}
+
+void CollectiveOp::count_rooted(double sum) {
+  spec_.norms->rooted += sum;
+  --rooted_left_;
+  if (local_left_ == 0 && rooted_left_ == 0 && spec_.norms->on_counted) {
+    spec_.norms->on_counted(spec_.norms->local, spec_.norms->rooted);
+  }
 }
 
 void CollectiveOp::finalised(uint32_t c, std::vector<ChunkSend>* out) {

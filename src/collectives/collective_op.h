@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/sum_squares.h"
 #include "common/dtype.h"
 #include "common/status.h"
 #include "topology/graph.h"
@@ -45,6 +46,8 @@ struct CollectiveSpec {
   uint8_t strategy_id = 0;            // travel in frames so peers can check agreement
   uint16_t strategy_tag = 0;
   uint64_t chunk_bytes = 1 << 20;
+  // Allreduce of a float dtype: sums of squares taken on the way (or none).
+  std::shared_ptr<NormTap> norms;
 };
 
 struct ChunkSend {
@@ -106,6 +109,11 @@ class CollectiveOp {
   void reduced(uint32_t c, std::vector<ChunkSend>* out);
   void finalised(uint32_t c, std::vector<ChunkSend>* out);
   void finish();
+  // The norm tap: chunk c's share of this rank's input (read now, its only read) or of the
+  // result (the chunk's reduction ended here).
+  void count_local(double sum);
+  void count_rooted(double sum);
+  double chunk_norm(uint32_t c) const;
 
   CollectiveSpec spec_;
   size_t elem_ = 1;
@@ -116,6 +124,8 @@ class CollectiveOp {
   std::vector<int> sources_;
   std::vector<int> destinations_;
   uint32_t final_chunks_ = 0;
+  uint32_t local_left_ = 0;            // norm tap: chunks whose input is not counted yet
+  uint32_t rooted_left_ = 0;           // and chunks rooted here whose result is not
 };
 
 // Chunk boundaries (element offsets, n+1 entries) for `count` elements of `elem` bytes

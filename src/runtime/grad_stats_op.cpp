@@ -14,12 +14,21 @@ Status invalid(const std::string& m) { return {Code::InvalidArgument, m}; }
 
 // The reductions of one tensor in flight; the last to finish computes the statistics and
 // completes the caller's request.
-struct Join {
+struct Join : std::enable_shared_from_this<Join> {
   std::mutex mu;
   int pending = 0;
   Status status;
-  std::shared_ptr<RequestState> user;  // set once every reduction is posted
+  std::shared_ptr<RequestState> user;  // set once the caller's post returned
   bool posted = false;
+  // The norm companion goes out once both this peer's norms are counted (by the
+  // gradient's own reduction, on the I/O thread) and the gradient's version is known (when
+  // the caller's post returns), whichever is later. A gradient that fails before its norm
+  // is counted still sends one (NaN), so that every peer's companion completes at once.
+  Peer* peer = nullptr;
+  uint64_t version = 0;
+  bool version_known = false;
+  bool norms_ready = false;
+  bool norm_handled = false;           // posted
 
   std::shared_ptr<GradStats> stats;
   Metrics* metrics = nullptr;          // the peer's: the estimates are published there
@@ -30,8 +39,10 @@ struct Join {
   size_t count = 0;
   int n = 1;
   double scale2 = 1;
-  double local_sq = 0;                 // this peer's ||g_i||^2, sent
-  double local_sq_sum = 0;             // sum over peers, received
+  // Sent: this peer's ||g_i||^2 (loss scale out), and its share of ||sum g_i||^2 (the
+  // chunks whose reduction ended here); received: their sums over the peers.
+  double norms[2] = {0, 0};
+  double norm_sums[2] = {0, 0};
   std::vector<double> squares;         // g_i^2 per element, summed in place
 
   void done(const Status& s) {
@@ -45,12 +56,49 @@ struct Join {
     complete(finish);
   }
 
+  void gradient_done(const Status& s) {
+    bool go = false;
+    if (!s.is_ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!norms_ready) {
+        norms[0] = norms[1] = std::nan("");
+        norms_ready = true;
+      }
+      go = take_norm_turn();
+    }
+    if (go) post_norm();
+    done(s);
+  }
+
+  // One of the two conditions for sending the norm companion became true (under mu).
+  bool take_norm_turn() {
+    if (!norms_ready || !version_known || norm_handled) return false;
+    norm_handled = true;
+    return true;
+  }
+
+  void post_norm() {
+    PostArgs c;
+    c.kind = OpKind::Allreduce;
+    c.name = std::string(kNormPrefix) + name;
+    c.version = version;
+    c.send = norms;
+    c.recv = norm_sums;
+    c.count = 2;
+    c.dtype = DType::F64;
+    c.redop = RedOp::Sum;
+    c.callback = [self = shared_from_this()](const Status& st) { self->done(st); };
+    auto r = peer->post_internal(std::move(c));
+    // Posting failed (the peer closed meanwhile): nothing will report for it.
+    if (!r.is_ok()) done(r.status());
+  }
+
   // Every reduction ended: runs once, on whichever thread saw the last one end.
   void complete(const std::shared_ptr<RequestState>& request) {
     if (status.is_ok()) {
       const double mean_factor = redop == RedOp::Sum ? 1.0 / n : 1.0;
-      const double global_sq = squared_norm(dtype, recv, count) * mean_factor * mean_factor / scale2;
-      const double local_mean = local_sq_sum / n;
+      const double global_sq = norm_sums[1] * mean_factor * mean_factor / scale2;
+      const double local_mean = norm_sums[0] / n;
       if (squares.empty()) {
         stats->add_tensor(name, local_mean, global_sq, nullptr);
       } else {
@@ -170,10 +218,10 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
     return invalid("op name too long to carry statistics (at most " +
                    std::to_string(cap - std::string(kNormPrefix).size()) + " bytes)");
   }
-  const bool variance = stats->config().element_variance;
   auto join = std::make_shared<Join>();
   join->stats = stats;
   join->metrics = &peer.metrics();
+  join->peer = &peer;
   join->name = args.name;
   join->dtype = args.dtype;
   join->redop = args.redop;
@@ -182,9 +230,27 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
   join->n = peer.size();
   const double scale = stats->loss_scale();
   join->scale2 = scale * scale;
-  // Before posting: with sendbuf == recvbuf the reduction overwrites the input.
-  if (args.count > 0) join->local_sq = squared_norm(args.dtype, args.send, args.count) / join->scale2;
+  // The gradient's reduction counts ||g_i||^2 as it first reads each chunk of the input,
+  // and ||g||^2 where each chunk's reduction ends: no pass of its own over the buffer.
+  auto tap = std::make_shared<NormTap>();
+  // Weak: the op holds the tap, so a strong capture would keep the join alive after a post
+  // that failed; the gradient's callback keeps it alive while the op runs.
+  tap->on_counted = [weak = std::weak_ptr<Join>(join)](double local, double rooted) {
+    auto join = weak.lock();
+    if (!join) return;
+    bool go;
+    {
+      std::lock_guard<std::mutex> lock(join->mu);
+      join->norms[0] = local / join->scale2;
+      join->norms[1] = rooted;
+      join->norms_ready = true;
+      go = join->take_norm_turn();
+    }
+    if (go) join->post_norm();
+  };
+  const bool variance = stats->config().element_variance;
   if (variance) {
+    // Before posting: with sendbuf == recvbuf the reduction overwrites the input.
     join->squares.resize(args.count);
     for (size_t i = 0; i < args.count; ++i) {
       const double v = element_as_f64(args.dtype, args.send, i);
@@ -195,34 +261,37 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
 
   RequestState::Callback user_callback = std::move(args.callback);
   const std::string name = args.name;
-  args.callback = [join](const Status& s) { join->done(s); };
+  args.callback = [join](const Status& s) { join->gradient_done(s); };
+  args.norms = tap;
   auto grad = peer.post(std::move(args));
   if (!grad.is_ok()) return grad.status();
   const uint64_t version = grad.value()->version();
   auto user = std::make_shared<RequestState>(version, std::move(user_callback));
   user->set_topology_digest(grad.value()->topology_digest());
 
-  auto post_companion = [&](const std::string& prefix, const void* send, void* recv, size_t count) {
+  if (variance) {
     PostArgs c;
     c.kind = OpKind::Allreduce;
-    c.name = prefix + name;
+    c.name = kSquaresPrefix + name;
     c.version = version;
-    c.send = send;
-    c.recv = recv;
-    c.count = count;
+    c.send = join->squares.data();
+    c.recv = join->squares.data();
+    c.count = join->squares.size();
     c.dtype = DType::F64;
     c.redop = RedOp::Sum;
     c.callback = [join](const Status& s) { join->done(s); };
     auto r = peer.post_internal(std::move(c));
-    // Posting failed (the peer closed meanwhile): nothing will report for it.
     if (!r.is_ok()) join->done(r.status());
-  };
-  post_companion(kNormPrefix, &join->local_sq, &join->local_sq_sum, 1);
-  // Not join->pending: the reductions already posted may be ending on the I/O thread.
-  if (variance) {
-    post_companion(kSquaresPrefix, join->squares.data(), join->squares.data(), join->squares.size());
   }
+  bool go;
   bool finished;
+  {
+    std::lock_guard<std::mutex> lock(join->mu);
+    join->version = version;
+    join->version_known = true;
+    go = join->take_norm_turn();
+  }
+  if (go) join->post_norm();
   {
     std::lock_guard<std::mutex> lock(join->mu);
     join->user = user;

@@ -1,8 +1,11 @@
-// An allreduce of gradients with its statistics: each peer's squared norm (fp64, before the
-// reduction) goes out in a one-element companion allreduce posted together with the
-// gradient's, so no extra round trip is added; the mean gradient's squared norm is taken
-// from the result. With element variance on, a third allreduce sums the squared gradients.
-// The caller's request completes when all of them have, with the statistics updated.
+// An allreduce of gradients with its statistics. The gradient's own reduction counts each
+// peer's squared norm (fp64) as it first reads each chunk of the input, and the result's
+// squared norm over the chunks whose reduction ends on this peer, fused into the combine
+// (collectives/sum_squares.h): no pass of its own over the buffer. Both are summed over the
+// peers by a two-element companion allreduce posted as soon as they are counted, while the
+// gradient's broadcast half is still running, so no round trip is added at the end. With element variance on, another
+// allreduce sums the squared gradients. The caller's request completes when all of them
+// have, with the statistics updated.
 #pragma once
 
 #include <map>

@@ -39,6 +39,7 @@ struct PostArgs {
   int64_t timeout_ms = 0;         // 0: the peer's default
   std::string topology;           // empty: the peer's choice
   RequestState::Callback callback;
+  std::shared_ptr<NormTap> norms;  // allreduce: sums of squares taken on the way
 };
 
 class Peer {

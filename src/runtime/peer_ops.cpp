@@ -91,6 +91,7 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
   op.spec.send = args.send;
   op.spec.recv = args.recv;
   op.spec.agree = args.agree;
+  op.spec.norms = std::move(args.norms);
   op.spec.rank = config_.rank;
   op.spec.size = config_.size;
   // A chunk plus rounding must fit one frame.

@@ -7,46 +7,6 @@
 
 namespace taiji {
 
-namespace {
-
-// Four independent fp64 accumulators: the adds do not wait on each other, and the loop
-// vectorises.
-template <typename T, typename Widen>
-double sum_squares(const T* p, size_t n, Widen widen) {
-  double acc[4] = {0, 0, 0, 0};
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (int k = 0; k < 4; ++k) {
-      double v = widen(p[i + k]);
-      acc[k] += v * v;
-    }
-  }
-  for (; i < n; ++i) {
-    double v = widen(p[i]);
-    acc[0] += v * v;
-  }
-  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-}
-
-}  // namespace
-
-double squared_norm(DType dtype, const void* data, size_t count) {
-  switch (dtype) {
-    case DType::F32:
-      return sum_squares(static_cast<const float*>(data), count, [](float v) { return double(v); });
-    case DType::F64:
-      return sum_squares(static_cast<const double*>(data), count, [](double v) { return v; });
-    case DType::F16:
-      return sum_squares(static_cast<const uint16_t*>(data), count,
-                         [](uint16_t v) { return double(f16_to_f32(v)); });
-    case DType::BF16:
-      return sum_squares(static_cast<const uint16_t*>(data), count,
-                         [](uint16_t v) { return double(bf16_to_f32(v)); });
-    default:
-      return std::nan("");
-  }
-}
-
 double element_as_f64(DType dtype, const void* data, size_t i) {
   switch (dtype) {
     case DType::F32: return static_cast<const float*>(data)[i];

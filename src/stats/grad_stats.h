@@ -16,12 +16,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "collectives/sum_squares.h"
 #include "common/dtype.h"
 
 namespace taiji {
 
-// sum of x^2 over count elements of dtype (a float type), accumulated in fp64.
-double squared_norm(DType dtype, const void* data, size_t count);
 // The elements of a reduced buffer as fp64 (for S and the variance), f16/bf16 widened.
 double element_as_f64(DType dtype, const void* data, size_t i);
 

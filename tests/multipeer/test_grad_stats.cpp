@@ -3,6 +3,7 @@
 // whose covariance is known.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -22,11 +23,13 @@ bool close_rel(double got, double want, double rel) {
 
 // Integer-valued gradients: every sum is exact in fp64, so the runtime and the reference
 // agree up to the order of fp64 additions.
-// A signal common to all ranks plus a smaller per-rank deviation.
+// A signal common to all ranks plus a per-rank deviation of comparable size: tr(Sigma) is a
+// difference of two sums, and with a small deviation it would measure fp64 cancellation in
+// the reference (an element-wise mean by 3 rounds) rather than the runtime.
 double grad_value(int rank, int step, int tensor, size_t i) {
   const int signal = static_cast<int>((step * 3 + tensor * 5 + i * 11) % 17) - 8;
   const int noise = static_cast<int>((rank * 7 + step + i * 3) % 5) - 2;
-  return static_cast<double>(4 * signal + noise);
+  return static_cast<double>(signal + 3 * noise);
 }
 
 struct Expected {
@@ -79,9 +82,14 @@ TEST_CASE("grad stats: results equal a serial fp64 reference", "[grad_stats]") {
   const int n = GENERATE(2, 3, 4);
   const bool avg = GENERATE(false, true);
   const double scale = GENERATE(1.0, 8.0);
-  CAPTURE(n, avg, scale);
+  // tree: each rank reads its input once, whole; ring: a chunk per rank, so each rank's
+  // norm is counted partly where it starts a chain and partly where it reduces (and a small
+  // chunk size gives several chunks per chain).
+  const char* topology = GENERATE("tree", "ring");
+  CAPTURE(n, avg, scale, topology);
+  EnvOverride chunks("TAIJI_CHUNK_BYTES", "4K");
   constexpr int kSteps = 5, kTensors = 2;
-  constexpr size_t kLen = 300;
+  constexpr size_t kLen = 2000;  // 16 KB: several chunks
   constexpr double kBatch = 32, kBeta = 0.9;
   const Expected want = reference(n, kSteps, kTensors, kLen, kBatch, kBeta, scale);
   Failures failures;
@@ -93,7 +101,7 @@ TEST_CASE("grad stats: results equal a serial fp64 reference", "[grad_stats]") {
     taiji_grad_stats_t* stats = nullptr;
     if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
     failures.expect_status(rank, "loss scale", taiji_grad_stats_set_loss_scale(stats, scale), TAIJI_OK);
-    taiji_op_options_t opt = op_options(20000);
+    taiji_op_options_t opt = op_options(20000, topology);
     opt.grad_stats = stats;
     std::vector<double> buf(kLen);
     for (int s = 0; s < kSteps; ++s) {
@@ -238,6 +246,47 @@ TEST_CASE("grad stats: bad use is refused clearly", "[grad_stats]") {
     taiji_grad_stats_commit(stats);
     taiji_grad_stats_read(stats, &r);
     failures.expect(rank, r.skipped == 1 && r.steps == 0, "the non-finite step was not skipped");
+    taiji_grad_stats_destroy(stats);
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
+TEST_CASE("grad stats: a gradient that fails ends its statistics at once, on every peer",
+          "[grad_stats]") {
+  // Counts differ: the gradient fails with a mismatch on both ranks, wherever its reduction
+  // had got to; the statistics' own reductions must not wait for the op timeout.
+  constexpr int64_t kTimeoutMs = 30000;
+  Failures failures;
+  auto lines = run_peers(2, [&](taiji_peer_t* peer, int rank) {
+    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
+    cfg.batch_size = 8;
+    taiji_grad_stats_t* stats = nullptr;
+    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    taiji_op_options_t opt = op_options(kTimeoutMs);
+    opt.grad_stats = stats;
+    const size_t len = rank == 0 ? 4096 : 4097;
+    std::vector<float> buf(len, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    failures.expect_status(rank, "mismatched gradient",
+                           taiji_allreduce(peer, "g", buf.data(), buf.data(), len, TAIJI_F32, TAIJI_SUM, &opt,
+                                           nullptr),
+                           TAIJI_ERR_MISMATCH);
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    failures.expect(rank, ms < kTimeoutMs / 3, "the failed op took " + std::to_string(ms) + " ms");
+    // The next step works and is counted.
+    std::vector<float> ok(64, static_cast<float>(rank + 1));
+    failures.expect_status(rank, "next gradient",
+                           taiji_allreduce(peer, "g2", ok.data(), ok.data(), ok.size(), TAIJI_F32, TAIJI_SUM, &opt,
+                                           nullptr),
+                           TAIJI_OK);
+    failures.expect_status(rank, "commit", taiji_grad_stats_commit(stats), TAIJI_OK);
+    taiji_grad_stats_result_t r = TAIJI_GRAD_STATS_RESULT_INIT;
+    failures.expect_status(rank, "read", taiji_grad_stats_read(stats, &r), TAIJI_OK);
+    // S_local = (1 + 4) / 2 per element, S = 3^2 per element (SUM of 1 and 2).
+    failures.expect(rank, r.local_sq_norm == 64 * 2.5 && r.global_sq_norm == 64 * 9.0 / 4,
+                    "S_local " + std::to_string(r.local_sq_norm) + ", S " + std::to_string(r.global_sq_norm));
     taiji_grad_stats_destroy(stats);
   });
   failures.add_all(lines);

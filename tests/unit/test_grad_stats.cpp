@@ -60,6 +60,29 @@ TEST_CASE("gradstats: squared norms in fp64 for every float dtype", "[gradstats]
   CHECK(std::isnan(squared_norm(DType::I32, f32.data(), n)));
 }
 
+TEST_CASE("gradstats: a combine that counts norms on the way gives the plain combine's result",
+          "[gradstats]") {
+  // Sizes around the 8 KiB blocks the counting combine works in.
+  const size_t n = GENERATE(size_t{1}, size_t{1000}, size_t{2048}, size_t{2049}, size_t{5000});
+  const RedOp op = GENERATE(RedOp::Sum, RedOp::Avg);
+  CAPTURE(n, static_cast<int>(op));
+  std::vector<float> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(std::sin(0.37 * i) * 3.5);
+    b[i] = static_cast<float>(std::cos(0.21 * i) * 2.0);
+  }
+  std::vector<float> plain = a, counted = a;
+  reduce_into(DType::F32, op, plain.data(), b.data(), n);
+  double before = 0.5, after = 0.25;  // added to, not overwritten
+  reduce_into_counting(DType::F32, op, counted.data(), b.data(), n, &before, &after);
+  CHECK(counted == plain);
+  CHECK(close_rel(before - 0.5, squared_norm(DType::F32, a.data(), n)));
+  CHECK(close_rel(after - 0.25, squared_norm(DType::F32, plain.data(), n)));
+  std::vector<float> only = a;
+  reduce_into_counting(DType::F32, op, only.data(), b.data(), n, nullptr, nullptr);
+  CHECK(only == plain);
+}
+
 TEST_CASE("gradstats: estimates equal the serial reference", "[gradstats]") {
   const double beta = GENERATE(0.0, 0.5, 0.95);
   const int n = GENERATE(2, 3, 8);
