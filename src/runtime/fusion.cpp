@@ -29,6 +29,7 @@ struct Fusion::Waiting {
 };
 
 struct Fusion::Round {
+  uint64_t digest = 0;           // of the graphs it runs on, which its inline ops share
   std::vector<uint8_t> send;
   std::vector<uint8_t> recv;
 };
@@ -47,7 +48,8 @@ Fusion::~Fusion() = default;
 
 bool Fusion::offer(PostedOp& op) {
   const CollectiveSpec& s = op.spec;
-  if (s.kind != OpKind::Allreduce || s.strategy || s.count == 0 ||
+  // Gradient statistics count norms inside the op's own reduction: those run alone.
+  if (s.kind != OpKind::Allreduce || s.strategy || s.norms || s.count == 0 ||
       s.count * dtype_size(s.dtype) > opt_.max_op_bytes || op.name.rfind("taiji.", 0) == 0) {
     return false;
   }
@@ -104,7 +106,9 @@ void Fusion::start_round() {
   };
   round_running_ = true;
   log().debug("fusion round {} starts with {} ops", rounds_, listed.size());
-  hooks_.start_internal(std::move(op));
+  hooks_.bind_internal(op);
+  round->digest = op.request->topology_digest();
+  hooks_.start(std::move(op));
 }
 
 PostedOp Fusion::internal_op(const char* name, uint64_t version, OpKind kind, const FusionGroup* group,
@@ -134,10 +138,17 @@ void Fusion::on_round(const Round& round, const Status& s) {
   round_running_ = false;
   if (!s.is_ok()) {
     // Ranks may now disagree on what was listed: nothing waiting can be settled safely.
+    // A timeout reads like an unfused op's: whom the negotiation was waiting for.
+    const size_t cause = s.message().find("; ");
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       std::unique_ptr<Waiting> w = std::move(it->second);
       it = waiting_.erase(it);
-      finish(*w, {s.code(), title(w->op) + ": fusion negotiation failed: " + s.message()});
+      if (s.code() == Code::Timeout && cause != std::string::npos) {
+        finish(*w, {s.code(), title(w->op) + " timed out after " + std::to_string(w->op.timeout_ms) + " ms" +
+                                  s.message().substr(cause) + " (fusion negotiation)"});
+      } else {
+        finish(*w, {s.code(), title(w->op) + ": fusion negotiation failed: " + s.message()});
+      }
     }
     return;
   }
@@ -166,6 +177,7 @@ void Fusion::on_round(const Round& round, const Status& s) {
     std::unique_ptr<Waiting> w = std::move(it->second);
     waiting_.erase(it);
     reduce_inline_entry(lists, e, opt_.size, static_cast<uint8_t*>(w->op.spec.recv));
+    w->op.request->set_topology_digest(round.digest);
     finish(*w, {});
   }
   auto groups = plan_fusion_groups(outcome.agreed, opt_.buffer_bytes);
@@ -213,7 +225,12 @@ void Fusion::start_group(const FusionGroup& plan) {
     on_group(*group, s);
     return s;
   };
-  hooks_.start_internal(std::move(op));
+  hooks_.bind_internal(op);
+  // Members report the graphs their data ran on, as unfused ops do.
+  for (auto& w : group->members) {
+    if (w) w->op.request->set_topology_digest(op.request->topology_digest());
+  }
+  hooks_.start(std::move(op));
 }
 
 void Fusion::on_group(Group& group, const Status& s) {
@@ -268,9 +285,9 @@ void Fusion::tick() {
       // others may settle it, and then need it.
       std::unique_ptr<Waiting> owned = std::move(it->second);
       it = waiting_.erase(it);
-      finish(*owned, {Code::Timeout, title(owned->op) + ": timed out after " +
+      finish(*owned, {Code::Timeout, title(owned->op) + " timed out after " +
                                          std::to_string(owned->op.timeout_ms) +
-                                         " ms waiting for every rank to post it (fusion)"});
+                                         " ms; waiting for every rank to post it (fusion)"});
     } else {
       ++it;
     }

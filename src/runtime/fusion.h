@@ -43,8 +43,10 @@ struct FusionOptions {
 };
 
 struct FusionHooks {
-  // Starts an op the runtime built (its graphs chosen by size alone, the same everywhere).
-  std::function<void(PostedOp)> start_internal;
+  // Gives an op the runtime built its graphs, by size alone (the same everywhere).
+  std::function<void(PostedOp&)> bind_internal;
+  // Starts a bound op.
+  std::function<void(PostedOp)> start;
   // Starts a caller's op unfused (it leaves fusion: some peer runs it unfused).
   std::function<void(PostedOp)> start_unfused;
   // Runs fn on the loop later, outside the engine's completion path.
@@ -63,8 +65,8 @@ class Fusion {
   Fusion(FusionOptions options, FusionHooks hooks, NameTable* names);
   ~Fusion();
 
-  // Takes the op if fusion applies to it (an untargeted allreduce, small enough, not an
-  // internal op); false: the caller starts it as usual.
+  // Takes the op if fusion applies to it (an untargeted allreduce, small enough, without
+  // gradient statistics, not an internal op); false: the caller starts it as usual.
   bool offer(PostedOp& op);
   // Deadlines of waiting ops, ops some peer runs unfused, rounds held back; call periodically.
   void tick();

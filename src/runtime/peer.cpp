@@ -56,10 +56,8 @@ Peer::Peer(const Config& config) : config_(config) {
     fo.round_timeout_ms = static_cast<uint64_t>(config_.timeout_ms);
     fo.metrics = metrics_.get();
     FusionHooks hooks;
-    hooks.start_internal = [this](PostedOp op) {
-      bind_by_size(op);
-      engine_->start(std::move(op));
-    };
+    hooks.bind_internal = [this](PostedOp& op) { bind_by_size(op); };
+    hooks.start = [this](PostedOp op) { engine_->start(std::move(op)); };
     hooks.start_unfused = [this](PostedOp op) {
       bind(op);
       engine_->start(std::move(op));
