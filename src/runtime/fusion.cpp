@@ -143,7 +143,11 @@ void Fusion::on_round(const Round& round, const Status& s) {
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       std::unique_ptr<Waiting> w = std::move(it->second);
       it = waiting_.erase(it);
-      if (s.code() == Code::Timeout && cause != std::string::npos) {
+      if (hooks_.has_early(w->op.name, w->op.version)) {
+        // A peer ran it unfused and may have said how it ended (a mismatch, before its
+        // Bye): the engine tells, as for any op.
+        hooks_.start_unfused(std::move(w->op));
+      } else if (s.code() == Code::Timeout && cause != std::string::npos) {
         finish(*w, {s.code(), title(w->op) + " timed out after " + std::to_string(w->op.timeout_ms) + " ms" +
                                   s.message().substr(cause) + " (fusion negotiation)"});
       } else {
@@ -234,7 +238,6 @@ void Fusion::start_group(const FusionGroup& plan) {
 }
 
 void Fusion::on_group(Group& group, const Status& s) {
-  log().debug("fusion group of {} done", group.members.size());
   const uint64_t elem = dtype_size(group.plan.dtype);
   uint64_t offset = 0;
   for (size_t i = 0; i < group.members.size(); ++i) {
