@@ -23,7 +23,8 @@ struct FusionEntry {
   uint64_t count = 0;
   uint8_t dtype = 0;
   uint8_t redop = 0;
-  std::array<uint8_t, kFusionInlineBytes> data{};  // the input, when inline()
+  // The input, when inline_data(); aligned for the reduce kernels, which read it as the dtype.
+  alignas(8) std::array<uint8_t, kFusionInlineBytes> data{};
 
   uint64_t bytes() const { return count * dtype_size(static_cast<DType>(dtype)); }
   bool inline_data() const { return bytes() <= kFusionInlineBytes; }
