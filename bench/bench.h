@@ -19,6 +19,9 @@ enum class OpKind { kAllreduce, kBroadcast, kBarrier };
 // --metrics: the library's op metrics on, off, or both (interleaved iterations, compared).
 enum class MetricsMode { kDefault, kOn, kOff, kBoth };
 
+// --fusion: the fusion test's peers (TAIJI_FUSION off, on, or both, alternating).
+enum class FusionMode { kOn, kOff, kBoth };
+
 struct DtypeInfo {
   taiji_dtype_t dtype;
   const char* name;
@@ -51,6 +54,11 @@ struct Options {
   int64_t timeout_ms = 120000;
   bool check = true;
   MetricsMode metrics = MetricsMode::kDefault;
+  // --fusion-test NxSIZE: N allreduces of SIZE bytes posted together, then all waited;
+  // 0: not a fusion test.
+  int fusion_ops = 0;
+  uint64_t fusion_op_bytes = 0;
+  FusionMode fusion = FusionMode::kBoth;
 };
 
 // Outcome of parse_options: run, exit 0 after --help, or exit 2 after a usage error.
@@ -67,6 +75,9 @@ constexpr int kDefaultSwapIters = 20;
 const char* op_name(OpKind op);
 const char* redop_name(taiji_reduce_op_t op);
 std::string format_bytes(uint64_t bytes);  // "64 MiB", "4 B", "1.5 KiB"
+
+// The fusion test (bench_fusion.cpp): prints its own table; returns the exit status.
+int run_fusion_test(const Options& o);
 
 // ---- test data (bench_data.cpp) ------------------------------------------------------
 

@@ -214,6 +214,11 @@ void print_usage() {
       "  --metrics M        the library's op metrics: on, off, or both: iterations\n"
       "                     alternate off and on, and a table compares the medians\n"
       "                     (default: as TAIJI_METRICS says)\n"
+      "  --fusion-test NxSIZE  post N allreduces of SIZE bytes (distinct names) at once,\n"
+      "                     then wait for all; times each batch (--iters, default 20;\n"
+      "                     --warmup, default 3) and checks every result\n"
+      "  --fusion M         with --fusion-test: TAIJI_FUSION off, on, or both (default:\n"
+      "                     both, batches alternating between two peers, with the ratio)\n"
       "  -h, --help         show this help\n"
       "\n"
       "Sizes take K, M and G suffixes (powers of 1024). Values may also be given as\n"
@@ -267,7 +272,7 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
         "--op",    "-b",      "--min-bytes", "-e",     "--max-bytes",  "-f",
         "--step-factor", "--dtype", "--redop", "-n", "--iters", "-w", "--warmup",
         "--topology", "--root", "--csv", "--json", "--timeout-ms", "--swap-at", "--swap-to",
-        "--metrics"};
+        "--metrics", "--fusion-test", "--fusion"};
     if (std::find(std::begin(kValued), std::end(kValued), key) == std::end(kValued)) {
       return fail("unknown option " + std::string(arg) + " (see --help)");
     }
@@ -337,6 +342,18 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
       else if (value == "off") o.metrics = MetricsMode::kOff;
       else if (value == "both") o.metrics = MetricsMode::kBoth;
       else return bad("expected on, off or both");
+    } else if (key == "--fusion-test") {
+      size_t x = value.find('x');
+      if (x == std::string_view::npos || !parse_int(value.substr(0, x), 1, 100000, &n) ||
+          !parse_size(value.substr(x + 1), &o.fusion_op_bytes) || o.fusion_op_bytes == 0) {
+        return bad("expected NxSIZE such as 100x4K");
+      }
+      o.fusion_ops = static_cast<int>(n);
+    } else if (key == "--fusion") {
+      if (value == "on") o.fusion = FusionMode::kOn;
+      else if (value == "off") o.fusion = FusionMode::kOff;
+      else if (value == "both") o.fusion = FusionMode::kBoth;
+      else return bad("expected on, off or both");
     } else if (key == "--timeout-ms") {
       if (!parse_int(value, 1, std::numeric_limits<int64_t>::max(), &n)) {
         return bad("expected a positive number of milliseconds");
@@ -369,6 +386,12 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
   }
   if (o.metrics == MetricsMode::kBoth && (o.swap_at || !o.sweep_topologies.empty())) {
     return reject("--metrics both compares plain size sweeps; drop --swap-at and --sweep-topologies");
+  }
+  if (o.fusion_ops > 0 && (o.op != OpKind::kAllreduce || o.swap_at || !o.sweep_topologies.empty())) {
+    return reject("--fusion-test times allreduces alone; drop --op, --swap-at and --sweep-topologies");
+  }
+  if (o.fusion_ops > 0 && o.fusion_op_bytes < o.dtype->size) {
+    return reject("--fusion-test op size is below one " + std::string(o.dtype->name) + " element");
   }
   if (redop_given && o.op != OpKind::kAllreduce) {
     *error = std::string("--redop applies to allreduce only, not ") + op_name(o.op);

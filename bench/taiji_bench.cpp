@@ -468,6 +468,7 @@ bool any_failed(const std::vector<Row>& rows) {
 }
 
 int run(const Options& o) {
+  if (o.fusion_ops > 0) return run_fusion_test(o);
   taiji_config_t cfg = TAIJI_CONFIG_INIT;
   if (!o.topology.empty()) cfg.topology = o.topology.c_str();
   taiji_peer_t* peer = nullptr;

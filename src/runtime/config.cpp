@@ -29,6 +29,8 @@ constexpr uint64_t kMiB = 1024 * kKiB;
 constexpr int64_t kDefaultTimeoutMs = 60000;
 constexpr uint64_t kDefaultChunkBytes = 1 * kMiB;
 constexpr uint64_t kDefaultEagerBytes = 64 * kKiB;
+constexpr uint64_t kDefaultFusionMaxOpBytes = 64 * kKiB;
+constexpr uint64_t kDefaultFusionBufferBytes = 4 * kKiB * kKiB;
 constexpr uint64_t kDefaultUnexpectedBytes = 64 * kMiB;
 constexpr uint64_t kDefaultMaxPayload = 64 * kMiB;
 constexpr uint32_t kDefaultMaxNameLen = 256;
@@ -336,6 +338,38 @@ Status resolve_rendezvous(Config* c, const EnvLookup& env, const std::string& si
   return Status::ok();
 }
 
+// Fusion of small allreduces: on or off, and its two sizes.
+Status resolve_fusion(Config* c, const EnvLookup& env) {
+  if (c->fusion == -1) {
+    c->fusion = 0;
+    if (const char* v = lookup(env, "TAIJI_FUSION")) {
+      std::string_view text(v);
+      if (text != "on" && text != "off" && text != "1" && text != "0") {
+        return config_error(named("TAIJI_FUSION", v) + " must be on, off, 1 or 0");
+      }
+      c->fusion = text == "on" || text == "1" ? 1 : 0;
+    }
+  } else if (c->fusion != 0 && c->fusion != 1) {
+    return config_error(explicit_source("fusion", c->fusion) + " must be 0, 1 or -1 (unset)");
+  }
+  std::string op_src;
+  std::string buffer_src;
+  if (Status s = fill_bytes(&c->fusion_max_op_bytes, "fusion_max_op_bytes", "TAIJI_FUSION_MAX_OP_BYTES",
+                            kDefaultFusionMaxOpBytes, env, &op_src);
+      !s.is_ok()) {
+    return s;
+  }
+  if (Status s = fill_bytes(&c->fusion_buffer_bytes, "fusion_buffer_bytes", "TAIJI_FUSION_BUFFER_BYTES",
+                            kDefaultFusionBufferBytes, env, &buffer_src);
+      !s.is_ok()) {
+    return s;
+  }
+  if (c->fusion_max_op_bytes > c->fusion_buffer_bytes) {
+    return config_error("fusion op size " + op_src + " exceeds the fusion buffer " + buffer_src);
+  }
+  return Status::ok();
+}
+
 // Metrics on or off, the Prometheus endpoint, and the flight recorder.
 Status resolve_monitoring(Config* c, const EnvLookup& env) {
   if (c->metrics == -1) {
@@ -459,6 +493,7 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
   }
   if (Status s = resolve_monitoring(&c, env); !s.is_ok()) return s;
   if (Status s = resolve_progress(&c, env); !s.is_ok()) return s;
+  if (Status s = resolve_fusion(&c, env); !s.is_ok()) return s;
   std::string secret_src;
   fill_string(&c.secret_file, "TAIJI_SECRET_FILE", "", env, &secret_src);
   if (!c.secret_file.empty()) {

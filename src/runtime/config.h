@@ -51,6 +51,9 @@ struct Config {
   std::string shm;                  // same-host data through shared memory: auto or off;
                                     // empty: unset (auto)
   uint64_t shm_ring_bytes = 0;      // shared-memory ring per directed pair; 0: unset (8 MiB)
+  int fusion = -1;                  // fuse small allreduces: 1 on, 0 off; -1: unset (off)
+  uint64_t fusion_max_op_bytes = 0; // largest op fused; 0: unset (64 KiB)
+  uint64_t fusion_buffer_bytes = 0; // largest fused buffer; 0: unset (4 MiB)
 };
 
 // Fills unset fields of `explicit_values` from the environment, then from defaults, and
@@ -66,7 +69,8 @@ struct Config {
 // TAIJI_MAX_NAME_LEN, TAIJI_TOPOLOGY, TAIJI_HOST, TAIJI_LOG_LEVEL, TAIJI_SECRET_FILE,
 // TAIJI_HANDSHAKE_TIMEOUT_MS, TAIJI_MAX_PENDING_CONNECTIONS, TAIJI_STALL_WARN_MS,
 // TAIJI_METRICS, TAIJI_METRICS_ADDR, TAIJI_FLIGHT_RECORDER_SIZE, TAIJI_FLIGHT_RECORDER_DIR,
-// TAIJI_PROGRESS, TAIJI_SPIN_US, TAIJI_SHM, TAIJI_SHM_RING_BYTES.
+// TAIJI_PROGRESS, TAIJI_SPIN_US, TAIJI_SHM, TAIJI_SHM_RING_BYTES, TAIJI_FUSION,
+// TAIJI_FUSION_MAX_OP_BYTES, TAIJI_FUSION_BUFFER_BYTES.
 // A secret file must be a regular file with no group or other permission bits, holding
 // 16 bytes to 4 KiB (its bytes, verbatim, are the key).
 // Byte sizes accept a K, M or G suffix (powers of 1024). Nothing set at all means a single

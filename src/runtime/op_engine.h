@@ -66,6 +66,10 @@ class OpEngine final : public ReceiveHandler {
   // Fails every op (abort, finalize timeout, fatal error); later posts fail with `why`.
   void fail_all(const Status& why);
   bool idle() const { return ops_.empty(); }
+  // Frames for (name, version) arrived before this peer started the op.
+  bool has_early(const std::string& name, uint64_t version) const {
+    return early_.count({name, version}) != 0;
+  }
   // The transport closed every link: nothing more arrives into any op's buffers.
   void transport_closed();
 

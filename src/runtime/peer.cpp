@@ -51,6 +51,28 @@ Peer::Peer(const Config& config)
   engine_ = std::make_unique<OpEngine>(&loop_, eo, &names_);
   engine_->set_fatal_handler([this](const Status& s) { set_error(s); });
   engine_->set_timeout_handler([this](const Status& s) { dump_flight_recorder(s); });
+  if (config_.fusion == 1 && config_.size > 1) {
+    FusionOptions fo;
+    fo.rank = config_.rank;
+    fo.size = config_.size;
+    fo.max_op_bytes = config_.fusion_max_op_bytes;
+    fo.buffer_bytes = config_.fusion_buffer_bytes;
+    fo.chunk_bytes = std::min<uint64_t>(config_.chunk_bytes, config_.max_payload - 8);
+    fo.round_timeout_ms = static_cast<uint64_t>(config_.timeout_ms);
+    fo.metrics = metrics_.get();
+    FusionHooks hooks;
+    hooks.bind_internal = [this](PostedOp& op) { bind_by_size(op); };
+    hooks.start = [this](PostedOp op) { engine_->start(std::move(op)); };
+    hooks.start_unfused = [this](PostedOp op) {
+      bind(op);
+      engine_->start(std::move(op));
+    };
+    hooks.defer = [this](std::function<void()> fn) { run_on_loop(std::move(fn)); };
+    hooks.has_early = [this](const std::string& name, uint64_t version) {
+      return engine_->has_early(name, version);
+    };
+    fusion_ = std::make_unique<Fusion>(fo, std::move(hooks), &names_);
+  }
   TcpOptions to;
   to.rank = config_.rank;
   to.size = config_.size;
@@ -306,6 +328,7 @@ void Peer::set_error(const Status& s) {
 void Peer::begin_close(CloseMode mode) {
   if (mode == CloseMode::Abort) {
     engine_->fail_all({Code::Aborted, "peer aborted"});
+    if (fusion_) fusion_->fail_all({Code::Aborted, "peer aborted"});
     close_links(false);
     return;
   }
@@ -318,11 +341,13 @@ void Peer::begin_close(CloseMode mode) {
 
 void Peer::on_tick() {
   engine_->tick();
+  if (fusion_) fusion_->tick();
   metrics_->sample_links(monotonic_ns());
-  bool idle = engine_->idle() && !gate_ && gated_.empty();
+  bool idle = engine_->idle() && (!fusion_ || fusion_->idle()) && !gate_ && gated_.empty();
   if (finalizing_ && (idle || uv_now(&loop_) >= close_deadline_)) {
     finalizing_ = false;
     engine_->fail_all({Code::Aborted, "peer closed with the op still in flight"});
+    if (fusion_) fusion_->fail_all({Code::Aborted, "peer closed with the op still in flight"});
     close_links(true);
   } else if (closing_links_ && uv_now(&loop_) >= close_deadline_) {
     shm_->close_now([this] { on_links_closed(); });
@@ -347,6 +372,7 @@ void Peer::on_links_closed() {
     loop_closed_ = true;
   }
   engine_->transport_closed();
+  if (fusion_) fusion_->fail_all({Code::Finalized, "peer closed"});
   // Ops posted just before the close, or held back by a topology change, still complete
   // (with an error), never vanish.
   drain_inbox();

@@ -16,6 +16,7 @@
 #include "monitor/http_server.h"
 #include "monitor/metrics.h"
 #include "runtime/config.h"
+#include "runtime/fusion.h"
 #include "runtime/name_table.h"
 #include "runtime/op_engine.h"
 #include "runtime/progress.h"
@@ -96,6 +97,8 @@ class Peer {
   Status queue(std::function<void()> task, const std::string& name, uint64_t version);
   // I/O thread: gives an op its graphs (the current topology, or the size rule).
   void bind(PostedOp& op) const;
+  // I/O thread: the graphs by size alone, ignoring the current topology (fusion's ops).
+  void bind_by_size(PostedOp& op) const;
   // I/O thread: starts an op now, or later if a topology change is being agreed.
   void enter(std::function<void()> start);
   void open_gate();
@@ -148,6 +151,7 @@ class Peer {
   std::unique_ptr<TcpTransport> transport_;
   std::unique_ptr<ShmTransport> shm_;    // over transport_: what the engine sends through
   std::unique_ptr<OpEngine> engine_;
+  std::unique_ptr<Fusion> fusion_;       // null: fusion off
   std::unique_ptr<RendezvousServer> rendezvous_server_;
   std::thread thread_;
   std::atomic<std::thread::id> io_thread_id_{};

@@ -46,6 +46,15 @@ void Peer::bind(PostedOp& op) const {
   }
 }
 
+void Peer::bind_by_size(PostedOp& op) const {
+  uint64_t bytes = send_elements(op.spec) * dtype_size(op.spec.dtype);
+  BoundStrategy b = strategies_->get(strategy_id(select_strategy(bytes, default_selection())));
+  op.spec.strategy = b.strategy;
+  op.spec.strategy_id = b.id;
+  op.spec.strategy_tag = b.tag;
+  op.request->set_topology_digest(b.digest);
+}
+
 void Peer::enter(std::function<void()> start) {
   if (gate_) {
     gated_.push_back(std::move(start));
@@ -154,6 +163,7 @@ Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
   const bool large = adaptive_ && bytes > config_.eager_bytes;
   Status s = queue([this, op, large] {
     enter([this, op, large] {
+      if (fusion_ && !current_.strategy && fusion_->offer(*op)) return;
       bind(*op);
       if (large) {
         ++large_ops_;

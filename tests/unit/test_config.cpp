@@ -426,3 +426,16 @@ TEST_CASE("shared memory: auto by default, off on request, ring size bounded", "
   CHECK(contains(error({{"TAIJI_SHM_RING_BYTES", "32K"}}), "TAIJI_SHM_RING_BYTES='32K' is not between"));
   CHECK(contains(error({{"TAIJI_SHM_RING_BYTES", "17G"}}), "is not between 65536 and 17179869184"));
 }
+
+TEST_CASE("config: fusion is off unless TAIJI_FUSION turns it on; its sizes are checked", "[config]") {
+  Config c = ok({});
+  CHECK(c.fusion == 0);
+  CHECK(c.fusion_max_op_bytes == 64 * 1024);
+  CHECK(c.fusion_buffer_bytes == 4 * 1024 * 1024);
+  CHECK(ok({{"TAIJI_FUSION", "on"}}).fusion == 1);
+  CHECK(ok({{"TAIJI_FUSION", "0"}}).fusion == 0);
+  CHECK(ok({{"TAIJI_FUSION_BUFFER_BYTES", "8M"}}).fusion_buffer_bytes == 8u << 20);
+  CHECK(contains(error({{"TAIJI_FUSION", "yes"}}), "TAIJI_FUSION"));
+  CHECK(contains(error({{"TAIJI_FUSION_MAX_OP_BYTES", "1M"}, {"TAIJI_FUSION_BUFFER_BYTES", "64K"}}),
+                 "fusion buffer"));
+}

@@ -1,0 +1,240 @@
+// Fusion of small allreduces (TAIJI_FUSION=on): ops posted in different orders on every
+// rank are fused identically and give the serial results; ineligible ops mixed in run
+// unfused; disagreements still end in Mismatch on every rank; abort and deadlines fail
+// waiting ops instead of leaving them behind.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+#include "harness.h"
+
+namespace {
+
+using namespace taiji_test;
+
+// Every op's output digest on every rank: [rank][op].
+using Digests = std::vector<std::vector<uint64_t>>;
+
+std::vector<ReduceCase> mixed_cases(int count) {
+  std::vector<ReduceCase> cases;
+  for (int k = 0; k < count; ++k) {
+    ReduceCase c;
+    c.dtype = kAllDtypes[k % 10];
+    c.op = kAllOps[(k / 3) % 5];
+    // Every ninth op is over the 64 KiB fusion limit for any dtype: it runs unfused; every
+    // seventh is a few elements, reduced from the negotiation's own data.
+    c.count = k % 9 == 4 ? 70000 : k % 7 == 2 ? static_cast<size_t>(1 + k % 2) : static_cast<size_t>(1 + (k * 37) % 1500);
+    c.salt = salt_of("fusion/" + std::to_string(k));
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+std::string op_name_of(int k) { return "fusion/" + std::to_string(k); }
+
+size_t count_fused(taiji_peer_t* peer) {
+  size_t needed = 0;
+  taiji_flight_recorder_json(peer, nullptr, 0, &needed);
+  std::string json(needed + 1, '\0');
+  if (taiji_flight_recorder_json(peer, json.data(), json.size(), &needed) != TAIJI_OK) return 0;
+  size_t found = 0;
+  const std::string mark = "\"strategy\":\"fused\"";
+  for (size_t at = json.find(mark); at != std::string::npos; at = json.find(mark, at + 1)) ++found;
+  return found;
+}
+
+// Posts the cases in a rank-specific order, waits in another, checks each result against
+// the serial reference; returns the output digests. fused_min: fewest ops this rank's
+// flight recorder must show as fused.
+Digests run_mixed(int n, const std::vector<ReduceCase>& cases, size_t fused_min, size_t fused_max,
+                  Failures& failures) {
+  Digests digests(n, std::vector<uint64_t>(cases.size(), 0));
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    std::vector<std::unique_ptr<GuardedBuffer>> in;
+    std::vector<std::unique_ptr<GuardedBuffer>> out;
+    for (const ReduceCase& c : cases) {
+      in.push_back(std::make_unique<GuardedBuffer>(c.count * dtype_size(c.dtype)));
+      out.push_back(std::make_unique<GuardedBuffer>(c.count * dtype_size(c.dtype)));
+      fill_input(c, rank, in.back()->data());
+    }
+    std::vector<size_t> post_order(cases.size());
+    std::iota(post_order.begin(), post_order.end(), size_t{0});
+    std::vector<size_t> wait_order = post_order;
+    std::mt19937 rng(77 + rank);
+    std::shuffle(post_order.begin(), post_order.end(), rng);
+    std::shuffle(wait_order.begin(), wait_order.end(), rng);
+    std::vector<taiji_request_t*> reqs(cases.size(), nullptr);
+    taiji_op_options_t opt = op_options(30000);
+    for (size_t k : post_order) {
+      const ReduceCase& c = cases[k];
+      failures.expect_status(rank, "post " + op_name_of(static_cast<int>(k)),
+                             taiji_allreduce(peer, op_name_of(static_cast<int>(k)).c_str(), in[k]->data(),
+                                             out[k]->data(), c.count, c.dtype, c.op, &opt, &reqs[k]),
+                             TAIJI_OK);
+    }
+    for (size_t k : wait_order) {
+      if (reqs[k] == nullptr) continue;
+      const std::string name = op_name_of(static_cast<int>(k));
+      taiji_status_t s = wait_bounded(peer, reqs[k], 40000, failures, rank, name);
+      taiji_request_free(reqs[k]);
+      if (!failures.expect_status(rank, name, s, TAIJI_OK)) continue;
+      failures.expect(rank, out[k]->guard_intact(), name + ": wrote past the buffer");
+      std::string err = check_reduce(cases[k], n, out[k]->data());
+      if (!err.empty()) failures.add(rank, name + " (" + describe(cases[k]) + "): " + err);
+      digests[rank][k] = digest(out[k]->data(), out[k]->size());
+    }
+    size_t fused = count_fused(peer);
+    failures.expect(rank, fused >= fused_min && fused <= fused_max,
+                    std::to_string(fused) + " ops recorded as fused, expected " +
+                        std::to_string(fused_min) + ".." + std::to_string(fused_max));
+  });
+  failures.add_all(lines);
+  return digests;
+}
+
+}  // namespace
+
+TEST_CASE("fusion: 100 mixed ops in a different order per rank, same results as unfused", "[fusion]") {
+  constexpr int n = 4;
+  const auto cases = mixed_cases(100);
+  const size_t unfused = static_cast<size_t>(
+      std::count_if(cases.begin(), cases.end(), [](const ReduceCase& c) { return c.count == 70000; }));
+  Failures failures;
+  Digests on;
+  Digests off;
+  // Rounds and groups are recorded too: room for all of them, whatever the skew.
+  EnvOverride recorder("TAIJI_FLIGHT_RECORDER_SIZE", "100000");
+  {
+    EnvOverride fusion("TAIJI_FUSION", "on");
+    on = run_mixed(n, cases, cases.size() - unfused, cases.size() - unfused, failures);
+  }
+  {
+    EnvOverride fusion("TAIJI_FUSION", "off");
+    off = run_mixed(n, cases, 0, 0, failures);
+  }
+  check_no_failures(failures);
+  for (int r = 0; r < n; ++r) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      CAPTURE(r, k);
+      REQUIRE(on[r][k] == off[r][k]);
+      REQUIRE(on[r][k] == on[0][k]);
+    }
+  }
+}
+
+TEST_CASE("fusion: a count or dtype disagreement is a mismatch on every rank", "[fusion]") {
+  constexpr int n = 3;
+  EnvOverride fusion("TAIJI_FUSION", "on");
+  Failures failures;
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    std::vector<float> good_in(8, 1.0f), good_out(8, 0.0f);
+    std::vector<float> bad_in(16, 1.0f), bad_out(16, 0.0f);
+    std::vector<float> big_in(20000, 1.0f), big_out(20000, 0.0f);
+    taiji_op_options_t opt = op_options(20000);
+    taiji_request_t* good = nullptr;
+    taiji_request_t* count = nullptr;
+    taiji_request_t* dtype = nullptr;
+    taiji_request_t* size = nullptr;
+    // Rank 1 disagrees on a count, rank 2 on a dtype; rank 0 posts one op too big to fuse
+    // where the others' copy is small enough, so it runs unfused on rank 0 only.
+    size_t bad_count = rank == 1 ? 16 : 12;
+    taiji_dtype_t bad_dtype = rank == 2 ? TAIJI_I32 : TAIJI_F32;
+    size_t big_count = rank == 0 ? 20000 : 4;
+    failures.expect_status(rank, "post count", taiji_allreduce(peer, "mm/count", bad_in.data(), bad_out.data(),
+                                                              bad_count, TAIJI_F32, TAIJI_SUM, &opt, &count),
+                           TAIJI_OK);
+    failures.expect_status(rank, "post good", taiji_allreduce(peer, "mm/good", good_in.data(), good_out.data(),
+                                                             8, TAIJI_F32, TAIJI_SUM, &opt, &good),
+                           TAIJI_OK);
+    failures.expect_status(rank, "post dtype", taiji_allreduce(peer, "mm/dtype", bad_in.data(), bad_out.data(),
+                                                              4, bad_dtype, TAIJI_SUM, &opt, &dtype),
+                           TAIJI_OK);
+    failures.expect_status(rank, "post size", taiji_allreduce(peer, "mm/size", big_in.data(), big_out.data(),
+                                                             big_count, TAIJI_F32, TAIJI_SUM, &opt, &size),
+                           TAIJI_OK);
+    failures.expect_status(rank, "good", wait_bounded(peer, good, 30000, failures, rank, "good"), TAIJI_OK);
+    failures.expect(rank, good_out[0] == 3.0f && good_out[7] == 3.0f, "good: wrong sum");
+    failures.expect_status(rank, "count", wait_bounded(peer, count, 30000, failures, rank, "count"),
+                           TAIJI_ERR_MISMATCH);
+    failures.expect_status(rank, "dtype", wait_bounded(peer, dtype, 30000, failures, rank, "dtype"),
+                           TAIJI_ERR_MISMATCH);
+    failures.expect_status(rank, "size", wait_bounded(peer, size, 30000, failures, rank, "size"),
+                           TAIJI_ERR_MISMATCH);
+    for (taiji_request_t* r : {good, count, dtype, size}) taiji_request_free(r);
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
+TEST_CASE("fusion: abort fails ops still waiting to be fused, on every rank", "[fusion]") {
+  constexpr int n = 3;
+  EnvOverride fusion("TAIJI_FUSION", "on");
+  Failures failures;
+  PeerOptions po;
+  po.finalize_ok = [](int, taiji_status_t) { return true; };
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    std::vector<int32_t> in(64, rank + 1), out(64, 0);
+    taiji_op_options_t opt = op_options(60000);
+    // Settles first: all ranks post it.
+    failures.expect_status(rank, "shared", taiji_allreduce(peer, "ab/shared", in.data(), out.data(), 64,
+                                                          TAIJI_I32, TAIJI_SUM, &opt, nullptr),
+                           TAIJI_OK);
+    failures.expect(rank, out[0] == 6 && out[63] == 6, "shared: wrong sum");
+    // Only this rank posts it: it waits in fusion until the abort.
+    std::string lonely = "ab/only-" + std::to_string(rank);
+    taiji_request_t* req = nullptr;
+    failures.expect_status(rank, "post lonely", taiji_allreduce(peer, lonely.c_str(), in.data(), out.data(), 64,
+                                                               TAIJI_I32, TAIJI_SUM, &opt, &req),
+                           TAIJI_OK);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      taiji_peer_abort(peer);
+    }
+    // Rank 1 aborted; the others lose it. Either way nothing waits out the 60 s deadline.
+    auto start = Clock::now();
+    taiji_status_t s = wait_bounded(peer, req, 20000, failures, rank, lonely);
+    failures.expect(rank, s != TAIJI_OK, lonely + " completed without its peers");
+    if (rank == 1) failures.expect_status(rank, lonely, s, TAIJI_ERR_ABORTED);
+    failures.expect(rank, ms_since(start) < 15000, lonely + " outlived the abort by " +
+                                                       std::to_string(ms_since(start)) + " ms");
+    taiji_request_free(req);
+  }, po);
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
+TEST_CASE("fusion: an op no other rank posts times out by its own deadline", "[fusion]") {
+  constexpr int n = 2;
+  EnvOverride fusion("TAIJI_FUSION", "on");
+  Failures failures;
+  PeerOptions po;
+  po.finalize_ok = [](int, taiji_status_t) { return true; };
+  std::atomic<bool> done{false};
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    std::vector<double> in(4, 1.0), out(4, 0.0);
+    if (rank != 0) {
+      // Stays in the job (a departed rank would make it PeerLost) without posting it.
+      auto start = Clock::now();
+      while (!done && ms_since(start) < 10000) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    taiji_op_options_t opt = op_options(300);
+    auto start = Clock::now();
+    taiji_status_t s = taiji_allreduce(peer, "to/lonely", in.data(), out.data(), 4, TAIJI_F64, TAIJI_SUM,
+                                       &opt, nullptr);
+    failures.expect_status(rank, "lonely", s, TAIJI_ERR_TIMEOUT);
+    failures.expect(rank, ms_since(start) < 5000, "timed out after " + std::to_string(ms_since(start)) + " ms");
+    done = true;
+  }, po);
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
