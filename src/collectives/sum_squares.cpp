@@ -32,20 +32,37 @@ inline double sum_squares(const T* p, size_t n, Widen widen) {
 }
 
 // The f32 and f64 loops run on the critical path of a statistics-carrying allreduce: an
-// AVX2 clone, picked at load time where the CPU has it, does four lanes per instruction.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define TAIJI_VECTOR_CLONES [[gnu::target_clones("avx2", "default")]]
-#else
-#define TAIJI_VECTOR_CLONES
-#endif
-
-TAIJI_VECTOR_CLONES double sum_squares_f32(const float* p, size_t n) {
+// AVX2 build of them, chosen once at run time where the CPU has it, does four lanes per
+// instruction. Chosen by a plain check rather than an ifunc (target_clones): ifunc
+// resolvers run during relocation, before a sanitizer runtime is ready.
+double sum_squares_f32_base(const float* p, size_t n) {
   return sum_squares(p, n, [](float v) { return static_cast<double>(v); });
 }
-
-TAIJI_VECTOR_CLONES double sum_squares_f64(const double* p, size_t n) {
+double sum_squares_f64_base(const double* p, size_t n) {
   return sum_squares(p, n, [](double v) { return v; });
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+[[gnu::target("avx2")]] double sum_squares_f32_avx2(const float* p, size_t n) {
+  return sum_squares(p, n, [](float v) { return static_cast<double>(v); });
+}
+[[gnu::target("avx2")]] double sum_squares_f64_avx2(const double* p, size_t n) {
+  return sum_squares(p, n, [](double v) { return v; });
+}
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+double sum_squares_f32(const float* p, size_t n) {
+  return have_avx2() ? sum_squares_f32_avx2(p, n) : sum_squares_f32_base(p, n);
+}
+double sum_squares_f64(const double* p, size_t n) {
+  return have_avx2() ? sum_squares_f64_avx2(p, n) : sum_squares_f64_base(p, n);
+}
+#else
+double sum_squares_f32(const float* p, size_t n) { return sum_squares_f32_base(p, n); }
+double sum_squares_f64(const double* p, size_t n) { return sum_squares_f64_base(p, n); }
+#endif
 
 constexpr size_t kBlockBytes = 8 << 10;
 

@@ -514,6 +514,9 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
 }
 
 void OpEngine::link_down(int src, bool graceful, const Status& why) {
+  // A rank that said Bye sends nothing more; a write to it failing afterwards (our own Bye
+  // meeting its closed socket) is not a loss. Ops that still needed it fail below anyway.
+  if (departed_[src]) graceful = true;
   if (Active* op = rx_op_[src]) {
     rx_op_[src] = nullptr;
     op->receiving--;
