@@ -534,6 +534,11 @@ int TcpTransport::write_frames(Conn* c, WriteReq* const* ws, size_t n) {
     int rc = uv_try_write(c->stream(), bufs.data(), nbufs);
     if (rc < 0 && rc != UV_EAGAIN) {
       fail_frames(ws, n, uv_error("write failed", rc));
+      // The other side closed: its Bye, if it said one, and the end of the stream are still
+      // to be read, and the read side tells a goodbye from a loss (as for a write that
+      // fails later, in its callback). Dropping the link here would call a finalized peer
+      // lost.
+      if (rc == UV_EPIPE || rc == UV_ECONNRESET) return 0;
       return rc;
     }
     sent = rc > 0 ? static_cast<size_t>(rc) : 0;
