@@ -7,6 +7,7 @@
 #
 # Usage: bench/compare/netns.sh BUILD OUT
 #   env: NETNS_ALLREDUCE="16M 64M" NETNS_BROADCAST=64M NETNS_ITERS=3 RATE=1gbit
+#        NETNS_MTU=9000 (jumbo frames on every link; default: the cluster's 1500)
 #        HAVE_GLOO=1 HAVE_MPI=1 JOB_TIMEOUT=600 NETNS_CLUSTER=../shared/tools/netns-cluster
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -47,7 +48,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 timeout 60 bash "$CLUSTER" up $HOSTS >/dev/null || { note "netns-cluster up failed"; exit 1; }
-echo "-- netns: $HOSTS hosts at $RATE, one rank each; allreduce $NETNS_ALLREDUCE${NETNS_BROADCAST:+, broadcast $NETNS_BROADCAST}; $ITERS iterations"
+MTU=${NETNS_MTU:-}
+if [ -n "$MTU" ]; then
+  # tbf counts whole Ethernet frames, so at 1500 bytes TCP payload is at most 1448/1514 of
+  # the link; larger frames raise that ceiling (9000: 8948/9014).
+  for i in $(seq 1 $HOSTS); do
+    ip -n tjn-sw link set p"$i" mtu "$MTU" && ip -n tjn-h"$i" link set veth0 mtu "$MTU" ||
+      { note "cannot set MTU $MTU"; exit 1; }
+  done
+fi
+echo "-- netns: $HOSTS hosts at $RATE${MTU:+, MTU $MTU}, one rank each; allreduce $NETNS_ALLREDUCE${NETNS_BROADCAST:+, broadcast $NETNS_BROADCAST}; $ITERS iterations"
 ADDRS=$(for i in $(seq 1 $HOSTS); do printf '10.251.0.%s,' "$i"; done)
 ADDRS=${ADDRS%,}
 LOGN=0
