@@ -40,6 +40,26 @@ uint64_t recv_elements(const CollectiveSpec& s) {
   }
 }
 
+bool is_clique(const Strategy& s, int n) {
+  if (s.pairs.size() != static_cast<size_t>(n)) return false;
+  for (int k = 0; k < n; ++k) {
+    for (const Graph* g : {&s.pairs[k].reduce, &s.pairs[k].broadcast}) {
+      if (g->size() != n) return false;
+      for (int r = 0; r < n; ++r) {
+        if (g->parent(r) != (r == k ? -1 : k)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool direct_exchange(const CollectiveSpec& s) {
+  if (s.kind != OpKind::Allreduce && s.kind != OpKind::Barrier) return false;
+  if (s.norms || s.size < 2 || s.size > kDirectMaxPeers || !s.strategy) return false;
+  if (s.count * dtype_size(s.dtype) > kDirectMaxBytes) return false;
+  return is_clique(*s.strategy, s.size);
+}
+
 CollectiveOp::CollectiveOp(CollectiveSpec spec) : spec_(std::move(spec)) {
   elem_ = dtype_size(spec_.dtype);
   plan();
@@ -91,6 +111,10 @@ void CollectiveOp::plan() {
     case OpKind::Allreduce:
     case OpKind::Barrier:
     case OpKind::Consensus: {
+      if (direct_exchange(spec_)) {
+        plan_direct();
+        break;
+      }
       // The strategy outlives the op (shared_ptr in spec_), so its graphs are used in place.
       std::vector<const Graph*> r;
       std::vector<const Graph*> b;
@@ -147,6 +171,17 @@ void CollectiveOp::plan() {
   }
 }
 
+void CollectiveOp::plan_direct() {
+  // Block b of the work buffer is rank b's input, broadcast from b down pair b's star.
+  direct_ = true;
+  const uint64_t block = spec_.count;
+  scratch_.resize(block * static_cast<uint64_t>(spec_.size) * elem_);
+  work_ = scratch_.data();
+  for (int b = 0; b < spec_.size; ++b) {
+    add_chunks(Mode::Bcast, b * block, block, {}, {&spec_.strategy->pairs[b].broadcast}, b);
+  }
+}
+
 void CollectiveOp::add_chunks(Mode mode, uint64_t base, uint64_t count,
                               const std::vector<const Graph*>& reduce,
                               const std::vector<const Graph*>& bcast, int origin) {
@@ -191,6 +226,12 @@ void CollectiveOp::start(std::vector<ChunkSend>* out) {
       }
       break;
     case OpKind::Allreduce:
+      if (direct_) {
+        uint8_t* own = work_ + static_cast<uint64_t>(spec_.rank) * block_bytes;
+        if (block_bytes > 0) std::memcpy(own, send, block_bytes);
+        break;
+      }
+      [[fallthrough]];
     case OpKind::Reduce:
     case OpKind::ReduceScatter: {
       uint64_t bytes = send_elements(spec_) * elem_;
@@ -361,6 +402,17 @@ void CollectiveOp::finalised(uint32_t c, std::vector<ChunkSend>* out) {
 
 void CollectiveOp::finish() {
   const uint64_t block_bytes = spec_.count * elem_;
+  if (direct_ && spec_.kind == OpKind::Allreduce && block_bytes > 0) {
+    // Rank order, as a serial reduction would: every rank computes the same bits.
+    std::memcpy(spec_.recv, work_, block_bytes);
+    for (int k = 1; k < spec_.size; ++k) {
+      reduce_into(spec_.dtype, spec_.redop, static_cast<uint8_t*>(spec_.recv),
+                  work_ + static_cast<uint64_t>(k) * block_bytes, spec_.count);
+    }
+    if (spec_.redop == RedOp::Avg) {
+      finish_average(spec_.dtype, static_cast<uint8_t*>(spec_.recv), spec_.count, spec_.size);
+    }
+  }
   if (spec_.kind == OpKind::ReduceScatter && block_bytes > 0) {
     std::memcpy(spec_.recv, work_ + static_cast<uint64_t>(spec_.rank) * block_bytes, block_bytes);
   }

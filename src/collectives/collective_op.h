@@ -12,6 +12,10 @@
 //    runs one such reduction per block, each ending at the block's owner.
 //  Route (gather): a block travels unchanged along the reduce graph's path from its
 //    owner to the root; ranks off the path take no part in that chunk.
+// Direct exchange (small allreduces and barriers on a clique, see direct_exchange()):
+//    every rank's whole input goes straight to every other rank, as in an allgather, and
+//    each rank then combines the n inputs in rank order: one hop instead of a tree's
+//    two or more, the same bits everywhere.
 // Buffers are split into chunks of about chunk_bytes; chunk i of a block runs on graph
 // i mod P, so several rooted graphs share the load.
 #pragma once
@@ -103,6 +107,7 @@ class CollectiveOp {
   };
 
   void plan();
+  void plan_direct();
   void add_chunks(Mode mode, uint64_t base, uint64_t count, const std::vector<const Graph*>& reduce,
                   const std::vector<const Graph*>& bcast, int origin);
   uint8_t* chunk_ptr(uint32_t c) const;
@@ -125,6 +130,7 @@ class CollectiveOp {
   std::vector<int> sources_;
   std::vector<int> destinations_;
   uint32_t final_chunks_ = 0;
+  bool direct_ = false;                // direct exchange: work_ holds every rank's input
   uint32_t local_left_ = 0;            // norm tap: chunks whose input is not counted yet
   uint32_t rooted_left_ = 0;           // and chunks rooted here whose result is not
 };
@@ -134,6 +140,16 @@ class CollectiveOp {
 // enough elements, and at least one (possibly empty) chunk.
 std::vector<uint64_t> plan_chunks(uint64_t count, size_t elem, size_t pairs,
                                   uint64_t chunk_bytes);
+
+// Whether an op runs as a direct exchange: an allreduce (without a norm tap) or barrier
+// of at most kDirectMaxBytes on 2..kDirectMaxPeers ranks whose strategy is a clique (pair
+// k: stars rooted at k). Decided from the graphs, not the strategy's name, so peers that
+// agree on the digest agree on this too. Each rank sends (n-1) times its input, which is
+// why this is kept to small inputs and worlds.
+constexpr uint64_t kDirectMaxBytes = 1024;
+constexpr int kDirectMaxPeers = 8;
+bool direct_exchange(const CollectiveSpec& spec);
+bool is_clique(const Strategy& s, int n);
 
 // Elements of the send and receive buffers a rank passes for a spec (receive: 0 where
 // the op writes nothing on this rank).

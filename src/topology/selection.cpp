@@ -7,15 +7,20 @@ namespace taiji {
 
 const std::vector<SelectionRule>& default_selection() {
   static const std::vector<SelectionRule> rules = {
-      {64 << 10, "tree"},
-      {UINT64_MAX, "ring"},
+      // Two peers: a clique runs small allreduces and barriers as a direct exchange
+      // (collectives/collective_op.h), one hop and the same two messages as a tree's two
+      // hops. With more peers it sends n(n-1) messages against a tree's 2(n-1), which
+      // measured slower at n = 3-4 on a host with fewer cores than peers.
+      {1024, 2, "clique"},
+      {64 << 10, INT32_MAX, "tree"},
+      {UINT64_MAX, INT32_MAX, "ring"},
   };
   return rules;
 }
 
-std::string_view select_strategy(uint64_t bytes, const std::vector<SelectionRule>& rules) {
+std::string_view select_strategy(uint64_t bytes, int peers, const std::vector<SelectionRule>& rules) {
   for (const auto& rule : rules) {
-    if (bytes <= rule.max_bytes) return rule.strategy;
+    if (bytes <= rule.max_bytes && peers <= rule.max_peers) return rule.strategy;
   }
   return rules.empty() ? "ring" : rules.back().strategy;
 }

@@ -15,12 +15,14 @@ namespace taiji {
 
 struct SelectionRule {
   uint64_t max_bytes;       // rule applies to messages up to this size
+  int max_peers;            // and to worlds up to this size
   std::string_view strategy;
 };
 
-// tree below 64 KiB (fewest hops), ring above (bandwidth-optimal).
+// clique up to 1 KiB on 2 peers (one hop: allreduce and barrier run as a direct
+// exchange there), tree up to 64 KiB (fewest hops), ring above (bandwidth-optimal).
 const std::vector<SelectionRule>& default_selection();
-std::string_view select_strategy(uint64_t bytes, const std::vector<SelectionRule>& rules);
+std::string_view select_strategy(uint64_t bytes, int peers, const std::vector<SelectionRule>& rules);
 
 // A built-in's position in strategy_names() + 1 (what StrategyCache::get takes); 0 for a
 // name that is not a built-in.
