@@ -14,10 +14,6 @@ namespace taiji {
 namespace {
 
 constexpr uint64_t kTickMs = 20;
-// More than this read in one loop round is a bulk transfer: the next data is already on
-// its way, a wake-up costs little next to copying and reducing it, and a polling thread
-// would only take CPU time from that work.
-constexpr uint64_t kBulkReadBytes = 64 * 1024;
 constexpr uint32_t kClusterVersion = 1;
 // A graceful close that cannot flush its queued writes in this long closes hard.
 constexpr uint64_t kCloseGraceMs = 2000;
@@ -244,18 +240,15 @@ void Peer::run_loop() {
   }
   SpinWindow window(static_cast<uint64_t>(config_.spin_us) * 1000);
   uint64_t seen = activity();
-  uint64_t bytes = transport_->read_bytes();
   while (uv_run(&loop_, UV_RUN_ONCE) != 0) {
     // Woken by the tick alone: nothing suggests more traffic soon, so no polling.
     if (activity() == seen) continue;
     seen = activity();
-    const bool bulk = transport_->read_bytes() - bytes > kBulkReadBytes;
-    bytes = transport_->read_bytes();
-    if (!bulk && large_ops_ == 0 && !poll(window, &seen, &bytes)) return;
+    if (!poll(window, &seen)) return;
   }
 }
 
-bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
+bool Peer::poll(SpinWindow& window, uint64_t* seen) {
   polling_->store(true);
   bool alive = true;
   bool paid = false;
@@ -266,8 +259,6 @@ bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
       alive = false;
       break;
     }
-    if (large_ops_ > 0 || transport_->read_bytes() - *bytes > kBulkReadBytes) break;
-    *bytes = transport_->read_bytes();
     uint64_t now = progress_now_ns();
     if (activity() != *seen) {
       *seen = activity();

@@ -108,9 +108,8 @@ class Peer {
   // I/O thread: runs the loop; in adaptive mode it polls for a while after traffic
   // before it sleeps in epoll again.
   void run_loop();
-  // I/O thread: one polling window, ended early by bulk reads; false once the loop has
-  // nothing left to run.
-  bool poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes);
+  // I/O thread: one polling window; false once the loop has nothing left to run.
+  bool poll(SpinWindow& window, uint64_t* seen);
   // I/O thread: changes whenever traffic arrives or work was posted.
   uint64_t activity() const { return transport_->read_events() + drained_; }
   void set_error(const Status& s);
@@ -168,12 +167,9 @@ class Peer {
   std::atomic<bool> inbox_nonempty_{false};
   // True while the loop polls: posters then skip the eventfd. The loop clears it, then
   // drains the inbox once more (under inbox_mu_), so no post goes unseen. Requests share
-  // it: a waiter spins only while the loop sleeps, one spinner per peer.
+  // it: a waiter of a large op spins only while the loop sleeps.
   std::shared_ptr<std::atomic<bool>> polling_ = std::make_shared<std::atomic<bool>>(false);
   uint64_t drained_ = 0;                 // I/O thread only: inbox batches run
-  // I/O thread only: ops above the eager size in flight. Polling pays for small ops; while
-  // a large one runs, the loop sleeps, leaving the CPU to its copies and reductions.
-  uint64_t large_ops_ = 0;
 
   mutable std::mutex state_mu_;
   Status sticky_;                        // under state_mu_
