@@ -185,10 +185,9 @@ void Fusion::on_round(const Round& round, const Status& s) {
     finish(*w, {});
   }
   auto groups = plan_fusion_groups(outcome.agreed, opt_.buffer_bytes);
-  log().debug("fusion round {}: {} ops settled in {} groups, {} mismatched, {} still waiting", rounds_,
-              outcome.agreed.size(), groups.size(), outcome.mismatched.size(),
-              waiting_.size() - outcome.agreed.size());
   for (const FusionGroup& g : groups) start_group(g);
+  log().debug("fusion round {}: {} ops settled in {} groups, {} mismatched, {} still waiting", rounds_,
+              outcome.agreed.size(), groups.size(), outcome.mismatched.size(), waiting_.size());
   for (auto& [key, w] : waiting_) w->listed = false;
   held_ = outcome.agreed.empty() && outcome.mismatched.empty();
   start_round();
