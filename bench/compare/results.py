@@ -42,7 +42,10 @@ def tag(case):
     for line in sys.stdin:
         line = line.strip()
         if line.startswith("{"):
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # cut off by a killed run
             row["case"] = case
             print(json.dumps(row))
 
