@@ -326,26 +326,20 @@ void CollectiveOp::delivered(int src, uint32_t chunk, Stage stage, std::vector<C
   // Children are combined in rank order once all arrived: the result does not depend on
   // arrival timing, so repeated runs are bitwise reproducible.
   uint64_t n = chunk_bytes_of(chunk) / elem_;
+  // With norms, the first combine reads this rank's input anyway; the last one, where the
+  // reduction ends here and no division follows, writes the result.
+  const bool result_here = spec_.norms && ch.reduce->parent(spec_.rank) < 0 && spec_.redop == RedOp::Sum;
+  double before = 0;
+  double after = 0;
+  for (size_t k = 0; k < ch.partials.size(); ++k) {
+    const bool last = k + 1 == ch.partials.size();
+    reduce_into_counting(spec_.dtype, spec_.redop, chunk_ptr(chunk), ch.partials[k].data(), n,
+                         spec_.norms && k == 0 ? &before : nullptr, last && result_here ? &after : nullptr);
+    ch.partials[k].release();
+  }
   if (spec_.norms) {
-    // The first combine reads this rank's input anyway; the last one, where the reduction
-    // ends here and no division follows, writes the result.
-    const bool result_here = ch.reduce->parent(spec_.rank) < 0 && spec_.redop == RedOp::Sum;
-    double before = 0;
-    double after = 0;
-    for (size_t k = 0; k < ch.partials.size(); ++k) {
-      const bool last = k + 1 == ch.partials.size();
-      reduce_into_counting(spec_.dtype, spec_.redop, chunk_ptr(chunk), ch.partials[k].data(), n,
-                           k == 0 ? &before : nullptr, last && result_here ? &after : nullptr);
-      ch.partials[k].release();
-    }
     count_local(before);
     if (result_here) count_rooted(after);
-    reduced(chunk, out);
-    return;
-  }
-  for (auto& partial : ch.partials) {
-    if (n > 0) reduce_into(spec_.dtype, spec_.redop, chunk_ptr(chunk), partial.data(), n);
-    partial.release();
   }
   reduced(chunk, out);
 }

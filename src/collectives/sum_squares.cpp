@@ -87,6 +87,11 @@ double squared_norm(DType dtype, const void* data, size_t count) {
 
 void reduce_into_counting(DType dtype, RedOp op, void* dst, const void* src, size_t count,
                           double* before, double* after) {
+  // Nothing to count: one call over the whole range, without the per-block dispatch.
+  if (before == nullptr && after == nullptr) {
+    reduce_into(dtype, op, dst, src, count);
+    return;
+  }
   const size_t elem = dtype_size(dtype);
   const size_t block = std::max<size_t>(1, kBlockBytes / elem);
   auto* d = static_cast<uint8_t*>(dst);

@@ -18,7 +18,7 @@ double squared_norm(DType dtype, const void* data, size_t count);
 
 // reduce_into (reduce_kernels.h), adding the sum of squares of dst before the combine to
 // *before and after it to *after (either may be null), block by block so that the extra
-// reads hit the L1 cache.
+// reads hit the L1 cache. With both null it is exactly reduce_into.
 void reduce_into_counting(DType dtype, RedOp op, void* dst, const void* src, size_t count,
                           double* before, double* after);
 

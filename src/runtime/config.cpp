@@ -92,12 +92,14 @@ std::string join(const auto& names) {
   return s;
 }
 
+// A setting named by one of `names`; `what` and `source` say which setting in the error.
 template <size_t N>
-bool one_of(const std::string& v, const std::array<std::string_view, N>& names) {
+Status check_one_of(const char* what, const std::string& value, const std::string& source,
+                    const std::array<std::string_view, N>& names) {
   for (std::string_view n : names) {
-    if (v == n) return true;
+    if (value == n) return Status::ok();
   }
-  return false;
+  return config_error(std::string(what) + " " + source + " is not one of " + join(names));
 }
 
 // Integer variables: `min` is 0 or 1 and picks the wording of the error.
@@ -154,6 +156,37 @@ Status env_bytes(const char* var, const char* value, uint64_t* out) {
 template <typename T>
 std::string explicit_source(const char* field, const T& v) {
   return std::string(field) + "=" + std::to_string(v);
+}
+
+// A word a switch variable accepts and the setting it stands for.
+struct SwitchWord {
+  std::string_view text;
+  int value;
+};
+constexpr std::array<SwitchWord, 2> kDigitWords = {{{"0", 0}, {"1", 1}}};
+constexpr std::array<SwitchWord, 4> kOnOffWords = {{{"on", 1}, {"off", 0}, {"1", 1}, {"0", 0}}};
+
+// A 0/1 setting that is -1 while unset (`unset` says what -1 means): unset, `var` sets it
+// with one of `words`, and without the variable it is `fallback`.
+template <size_t N>
+Status resolve_switch(int* field, const char* name, const char* unset, const char* var,
+                      const std::array<SwitchWord, N>& words, int fallback, const EnvLookup& env) {
+  if (*field != -1 && *field != 0 && *field != 1) {
+    return config_error(explicit_source(name, *field) + " must be 0, 1 or -1 (" + unset + ")");
+  }
+  if (*field != -1) return Status::ok();
+  *field = fallback;
+  const char* v = lookup(env, var);
+  if (v == nullptr) return Status::ok();
+  std::string allowed;
+  for (size_t i = 0; i < N; ++i) {
+    if (words[i].text == v) {
+      *field = words[i].value;
+      return Status::ok();
+    }
+    allowed += (i == 0 ? "" : i + 1 == N ? " or " : ", ") + std::string(words[i].text);
+  }
+  return config_error(named(var, v) + " must be " + allowed);
 }
 
 // Fills a byte-size field: explicit (non-zero) value, else the variable, else the default.
@@ -321,36 +354,15 @@ Status resolve_rendezvous(Config* c, const EnvLookup& env, const std::string& si
                         "MASTER_ADDR and MASTER_PORT");
   }
 
-  if (c->host_rendezvous != -1 && c->host_rendezvous != 0 && c->host_rendezvous != 1) {
-    return config_error(explicit_source("host_rendezvous", c->host_rendezvous) +
-                        " must be 0, 1 or -1 (auto)");
-  }
-  if (c->host_rendezvous == -1) {
-    if (const char* v = lookup(env, "TAIJI_RENDEZVOUS_HOST")) {
-      if (std::string_view(v) != "0" && std::string_view(v) != "1") {
-        return config_error(named("TAIJI_RENDEZVOUS_HOST", v) + " must be 0 or 1");
-      }
-      c->host_rendezvous = v[0] == '1' ? 1 : 0;
-    } else {
-      c->host_rendezvous = c->rank == 0 ? 1 : 0;
-    }
-  }
-  return Status::ok();
+  return resolve_switch(&c->host_rendezvous, "host_rendezvous", "auto", "TAIJI_RENDEZVOUS_HOST",
+                        kDigitWords, c->rank == 0 ? 1 : 0, env);
 }
 
 // Fusion of small allreduces: on or off, and its two sizes.
 Status resolve_fusion(Config* c, const EnvLookup& env) {
-  if (c->fusion == -1) {
-    c->fusion = 0;
-    if (const char* v = lookup(env, "TAIJI_FUSION")) {
-      std::string_view text(v);
-      if (text != "on" && text != "off" && text != "1" && text != "0") {
-        return config_error(named("TAIJI_FUSION", v) + " must be on, off, 1 or 0");
-      }
-      c->fusion = text == "on" || text == "1" ? 1 : 0;
-    }
-  } else if (c->fusion != 0 && c->fusion != 1) {
-    return config_error(explicit_source("fusion", c->fusion) + " must be 0, 1 or -1 (unset)");
+  if (Status s = resolve_switch(&c->fusion, "fusion", "unset", "TAIJI_FUSION", kOnOffWords, 0, env);
+      !s.is_ok()) {
+    return s;
   }
   std::string op_src;
   std::string buffer_src;
@@ -372,16 +384,9 @@ Status resolve_fusion(Config* c, const EnvLookup& env) {
 
 // Metrics on or off, the Prometheus endpoint, and the flight recorder.
 Status resolve_monitoring(Config* c, const EnvLookup& env) {
-  if (c->metrics == -1) {
-    c->metrics = 1;
-    if (const char* v = lookup(env, "TAIJI_METRICS")) {
-      if (std::string_view(v) != "0" && std::string_view(v) != "1") {
-        return config_error(named("TAIJI_METRICS", v) + " must be 0 or 1");
-      }
-      c->metrics = v[0] - '0';
-    }
-  } else if (c->metrics != 0 && c->metrics != 1) {
-    return config_error(explicit_source("metrics", c->metrics) + " must be 0, 1 or -1 (unset)");
+  if (Status s = resolve_switch(&c->metrics, "metrics", "unset", "TAIJI_METRICS", kDigitWords, 1, env);
+      !s.is_ok()) {
+    return s;
   }
   std::string source;
   fill_string(&c->metrics_addr, "TAIJI_METRICS_ADDR", "", env, &source);
@@ -415,9 +420,7 @@ Status resolve_monitoring(Config* c, const EnvLookup& env) {
 Status resolve_progress(Config* c, const EnvLookup& env) {
   std::string source;
   fill_string(&c->progress, "TAIJI_PROGRESS", "adaptive", env, &source);
-  if (!one_of(c->progress, kProgressModes)) {
-    return config_error("progress mode " + source + " is not one of " + join(kProgressModes));
-  }
+  if (Status s = check_one_of("progress mode", c->progress, source, kProgressModes); !s.is_ok()) return s;
   if (c->spin_us < -1 || c->spin_us > kMaxSpinUs) {
     return config_error(explicit_source("spin_us", c->spin_us) + " is not in 0.." +
                         std::to_string(kMaxSpinUs));
@@ -533,9 +536,7 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
       !s.is_ok()) {
     return s;
   }
-  if (!one_of(c.shm, kShmModes)) {
-    return config_error("shared-memory mode " + shm_src + " is not one of " + join(kShmModes));
-  }
+  if (Status s = check_one_of("shared-memory mode", c.shm, shm_src, kShmModes); !s.is_ok()) return s;
   if (c.shm_ring_bytes < kMinShmRingBytes || c.shm_ring_bytes > kMaxShmRingBytes) {
     return config_error("shared-memory ring size " + ring_src + " is not between " +
                         std::to_string(kMinShmRingBytes) + " and " +
@@ -572,9 +573,7 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
       if (!parsed.is_ok()) return config_error("topology " + topo_src + ": " + parsed.status().message());
     }
   }
-  if (!one_of(c.log_level, kLogLevels)) {
-    return config_error("log level " + level_src + " is not one of " + join(kLogLevels));
-  }
+  if (Status s = check_one_of("log level", c.log_level, level_src, kLogLevels); !s.is_ok()) return s;
   if (c.chunk_bytes < kMinChunkBytes) {
     return config_error("chunk size " + chunk_src + " is below the minimum " +
                         std::to_string(kMinChunkBytes) + " bytes");

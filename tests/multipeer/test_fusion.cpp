@@ -101,6 +101,16 @@ Digests run_mixed(int n, const std::vector<ReduceCase>& cases, size_t fused_min,
   return digests;
 }
 
+// Runs `body` on n peers with fusion on and fails the case on any failure it recorded.
+// Its ops end in errors on purpose, so a peer's finalize may report one too.
+void run_fused_failing_ops(int n, Failures& failures, const std::function<void(taiji_peer_t*, int)>& body) {
+  EnvOverride fusion("TAIJI_FUSION", "on");
+  PeerOptions po;
+  po.finalize_ok = [](int, taiji_status_t) { return true; };
+  failures.add_all(run_peers(n, body, po));
+  check_no_failures(failures);
+}
+
 }  // namespace
 
 TEST_CASE("fusion: 100 mixed ops in a different order per rank, same results as unfused", "[fusion]") {
@@ -176,12 +186,8 @@ TEST_CASE("fusion: a count or dtype disagreement is a mismatch on every rank", "
 }
 
 TEST_CASE("fusion: abort fails ops still waiting to be fused, on every rank", "[fusion]") {
-  constexpr int n = 3;
-  EnvOverride fusion("TAIJI_FUSION", "on");
   Failures failures;
-  PeerOptions po;
-  po.finalize_ok = [](int, taiji_status_t) { return true; };
-  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+  run_fused_failing_ops(3, failures, [&](taiji_peer_t* peer, int rank) {
     std::vector<int32_t> in(64, rank + 1), out(64, 0);
     taiji_op_options_t opt = op_options(60000);
     // Settles first: all ranks post it.
@@ -207,19 +213,13 @@ TEST_CASE("fusion: abort fails ops still waiting to be fused, on every rank", "[
     failures.expect(rank, ms_since(start) < 15000, lonely + " outlived the abort by " +
                                                        std::to_string(ms_since(start)) + " ms");
     taiji_request_free(req);
-  }, po);
-  failures.add_all(lines);
-  check_no_failures(failures);
+  });
 }
 
 TEST_CASE("fusion: an op no other rank posts times out by its own deadline", "[fusion]") {
-  constexpr int n = 2;
-  EnvOverride fusion("TAIJI_FUSION", "on");
   Failures failures;
-  PeerOptions po;
-  po.finalize_ok = [](int, taiji_status_t) { return true; };
   std::atomic<bool> done{false};
-  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+  run_fused_failing_ops(2, failures, [&](taiji_peer_t* peer, int rank) {
     std::vector<double> in(4, 1.0), out(4, 0.0);
     if (rank != 0) {
       // Stays in the job (a departed rank would make it PeerLost) without posting it.
@@ -234,7 +234,5 @@ TEST_CASE("fusion: an op no other rank posts times out by its own deadline", "[f
     failures.expect_status(rank, "lonely", s, TAIJI_ERR_TIMEOUT);
     failures.expect(rank, ms_since(start) < 5000, "timed out after " + std::to_string(ms_since(start)) + " ms");
     done = true;
-  }, po);
-  failures.add_all(lines);
-  check_no_failures(failures);
+  });
 }

@@ -330,6 +330,11 @@ TEST_CASE("every error names the variable and its value", "[config]") {
       {{{"TAIJI_TOPOLOGY", "mesh"}}, "TAIJI_TOPOLOGY='mesh': unknown strategy 'mesh'"},
       {{{"TAIJI_LOG_LEVEL", "loud"}}, "TAIJI_LOG_LEVEL='loud' is not one of"},
       {{{"TAIJI_LOG_LEVEL", "WARN"}}, "TAIJI_LOG_LEVEL='WARN'"},
+      {{{"TAIJI_METRICS", "on"}}, "TAIJI_METRICS='on' must be 0 or 1"},
+      {{{"TAIJI_FUSION", "yes"}}, "TAIJI_FUSION='yes' must be on, off, 1 or 0"},
+      {{{"TAIJI_PROGRESS", "busy"}},
+       "progress mode TAIJI_PROGRESS='busy' is not one of adaptive, blocking"},
+      {{{"TAIJI_SHM", "on"}}, "shared-memory mode TAIJI_SHM='on' is not one of auto, off"},
   };
   for (const Case& c : cases) {
     std::string m = error(c.env);
@@ -365,6 +370,10 @@ TEST_CASE("invalid explicit values are rejected", "[config]") {
   CHECK(contains(err([](Config& c) { c.max_name_len = 70000; }), "max_name_len=70000"));
   CHECK(contains(err([](Config& c) { c.topology = "hypercube"; }), "'hypercube'"));
   CHECK(contains(err([](Config& c) { c.log_level = "verbose"; }), "'verbose'"));
+  CHECK(contains(err([](Config& c) { c.metrics = 2; }), "metrics=2 must be 0, 1 or -1 (unset)"));
+  CHECK(contains(err([](Config& c) { c.fusion = -2; }), "fusion=-2 must be 0, 1 or -1 (unset)"));
+  CHECK(contains(err([](Config& c) { c.host_rendezvous = 2; }),
+                 "host_rendezvous=2 must be 0, 1 or -1 (auto)"));
   CHECK(contains(err([](Config& c) { c.job_id = std::string(300, 'j'); }), "max_name_len"));
   for (const char* level : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
     Config c;

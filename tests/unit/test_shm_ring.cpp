@@ -43,6 +43,23 @@ Pair make_pair() {
   return p;
 }
 
+using PushFn = bool (ShmProducer::*)(const uint8_t* src, uint64_t len, ShmDescriptor* out);
+
+// A ring filled by two unreleased payloads of half its capacity each, at a and b.
+struct FullRing {
+  Pair p;
+  std::vector<uint8_t> half;
+  ShmDescriptor a;
+  ShmDescriptor b;
+};
+
+FullRing fill_with_halves(uint8_t seed, PushFn push) {
+  FullRing r{make_pair(), pattern(kCap / 2, seed), {}, {}};
+  REQUIRE((r.p.producer.get()->*push)(r.half.data(), r.half.size(), &r.a));
+  REQUIRE((r.p.producer.get()->*push)(r.half.data(), r.half.size(), &r.b));
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("shm placement: a payload that would cross the end starts at the next lap", "[shm]") {
@@ -93,13 +110,8 @@ TEST_CASE("shm ring carries payloads in order through wrap-around and refuses wh
 }
 
 TEST_CASE("shm ring refuses a payload while unreleased ones fill it", "[shm]") {
-  Pair p = make_pair();
-  auto big = pattern(kCap / 2, 9);
-  ShmDescriptor a;
-  ShmDescriptor b;
+  auto [p, big, a, b] = fill_with_halves(9, &ShmProducer::push);
   ShmDescriptor c;
-  REQUIRE(p.producer->push(big.data(), big.size(), &a));
-  REQUIRE(p.producer->push(big.data(), big.size(), &b));
   CHECK(b.position == kCap / 2);
   CHECK_FALSE(p.producer->push(big.data(), 1, &c));
   REQUIRE(p.consumer->check(a, kCap).is_ok());
@@ -225,13 +237,8 @@ TEST_CASE("ShmData frames carry exactly a descriptor and are checked like Data",
 }
 
 TEST_CASE("shm ring owes a credit exactly to a producer that found it full", "[shm]") {
-  Pair p = make_pair();
-  auto half = pattern(kCap / 2, 5);
-  ShmDescriptor a;
-  ShmDescriptor b;
+  auto [p, half, a, b] = fill_with_halves(5, &ShmProducer::push_or_ask);
   ShmDescriptor c;
-  REQUIRE(p.producer->push_or_ask(half.data(), half.size(), &a));
-  REQUIRE(p.producer->push_or_ask(half.data(), half.size(), &b));
   REQUIRE(p.consumer->check(a, kCap).is_ok());
   CHECK_FALSE(p.consumer->release(a));  // nobody asked
   REQUIRE(p.producer->push_or_ask(half.data(), half.size(), &c));

@@ -8,7 +8,6 @@
 
 #include <array>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "fake_member.h"
 #include "live_peers.h"
 #include "log_capture.h"
+#include "member_ops.h"
 #include "raw_socket.h"
 
 using namespace taiji;
@@ -23,39 +23,9 @@ using namespace wire;
 
 namespace {
 
-constexpr const char* kOp = "w";
-constexpr std::array<float, 2> kMine = {1.5f, 2.5f};
-constexpr std::array<float, 2> kTheirs = {10.25f, -4.0f};
 constexpr int kRepeats = 1000;
 constexpr int kWarmup = 20;
-constexpr int64_t kBoundMs = 10000;
 constexpr double kLinkCaseSeconds = 10;
-
-std::vector<uint8_t> bytes_of(const float* v, size_t n) {
-  std::vector<uint8_t> out(n * sizeof(float));
-  std::memcpy(out.data(), v, out.size());
-  return out;
-}
-
-std::vector<uint8_t> theirs() { return bytes_of(kTheirs.data(), kTheirs.size()); }
-
-// Posts "w" on rank 0 (input kMine into *out) and reads the Ready it sends rank 1.
-std::string post(Peer& victim, FakeMember& fake, std::array<float, 2>* out,
-                 std::shared_ptr<RequestState>* request, Frame* ready) {
-  PostArgs a;
-  a.name = kOp;
-  a.send = kMine.data();
-  a.recv = out->data();
-  a.count = out->size();
-  a.dtype = DType::F32;
-  a.redop = RedOp::Sum;
-  auto posted = victim.post(std::move(a));
-  if (!posted.is_ok()) return "post: " + posted.status().message();
-  *request = posted.value();
-  Status s = fake.await(MsgType::Ready, kOp, (*request)->version(), after_ms(kBoundMs), ready);
-  if (!s.is_ok()) return "no Ready from rank 0: " + s.message();
-  return {};
-}
 
 std::string ends(const std::shared_ptr<RequestState>& request, Status* status) {
   if (!request->wait_for(kBoundMs, status)) return "the op did not end within 10 s";
@@ -65,21 +35,15 @@ std::string ends(const std::shared_ptr<RequestState>& request, Status* status) {
 // A complete, valid allreduce with the fake: rank 0 must get the exact sum and send it back.
 std::string valid_allreduce(Peer& victim, FakeMember& fake, std::array<float, 2>* out) {
   std::shared_ptr<RequestState> request;
-  Frame ready;
-  std::string wrong = post(victim, fake, out, &request, &ready);
-  if (!wrong.empty()) return wrong;
-  fake.send(concat({member_ready(ready), frame(member_data(ready.header), kOp, theirs())}));
-  Status s;
-  wrong = ends(request, &s);
-  if (!wrong.empty()) return wrong;
-  if (!s.is_ok()) return "valid allreduce failed: " + s.message();
-  const std::array<float, 2> want = {kMine[0] + kTheirs[0], kMine[1] + kTheirs[1]};
-  if (*out != want) return "valid allreduce: wrong sum on rank 0";
+  std::string wrong = allreduce_checked(victim, fake, out, [&](const Frame& ready) {
+    fake.send(concat({member_ready(ready), frame(member_data(ready.header), kOp, theirs())}));
+  }, &request);
+  if (!wrong.empty()) return "valid allreduce: " + wrong;
   Frame result;
-  s = fake.await(MsgType::Data, kOp, request->version(), after_ms(kBoundMs), &result);
+  Status s = fake.await(MsgType::Data, kOp, request->version(), after_ms(kBoundMs), &result);
   if (!s.is_ok()) return "rank 0 sent no result: " + s.message();
   if (result.header.stage != static_cast<uint8_t>(Stage::Broadcast) ||
-      result.payload != bytes_of(want.data(), want.size())) {
+      result.payload != bytes_of(out->data(), out->size())) {
     return "rank 0 sent rank 1 a wrong result";
   }
   return {};
@@ -140,7 +104,7 @@ std::string op_fault_once(Peer& victim, FakeMember& fake, LogCapture& log, const
                           std::array<float, 2>* out) {
   std::shared_ptr<RequestState> request;
   Frame ready;
-  std::string wrong = post(victim, fake, out, &request, &ready);
+  std::string wrong = post_op(victim, fake, out, &request, &ready);
   if (!wrong.empty()) return wrong;
   const uint64_t v = request->version();
   if (!fake.send(f.frames(ready))) return "rank 0 closed the link";
@@ -213,7 +177,7 @@ LinkRun link_fault_once(const Rendezvous& rv, const std::string& job, LogCapture
   if (!run.wrong.empty()) return run;
   std::shared_ptr<RequestState> request;
   Frame ready;
-  run.wrong = post(*victim, fake, &out, &request, &ready);
+  run.wrong = post_op(*victim, fake, &out, &request, &ready);
   if (!run.wrong.empty()) return run;
   fake.send(f.frames(ready));
   Status s;

@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <array>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "fake_member.h"
 #include "live_peers.h"
 #include "log_capture.h"
+#include "member_ops.h"
 #include "raw_socket.h"
 #include "transport/shm_ring.h"
 
@@ -20,17 +20,6 @@ using namespace taiji;
 using namespace wire;
 
 namespace {
-
-constexpr const char* kOp = "w";
-constexpr std::array<float, 2> kMine = {1.5f, 2.5f};
-constexpr std::array<float, 2> kTheirs = {10.25f, -4.0f};
-constexpr int64_t kBoundMs = 10000;
-
-std::vector<uint8_t> theirs() {
-  std::vector<uint8_t> out(sizeof(kTheirs));
-  std::memcpy(out.data(), kTheirs.data(), out.size());
-  return out;
-}
 
 FrameHeader control(MsgType type) {
   FrameHeader h;
@@ -72,28 +61,15 @@ std::string offer(Job& job, const ShmSegmentInfo& info, uint32_t* answer) {
   return {};
 }
 
-// Posts "w" on rank 0, lets `send_data` deliver rank 1's chunk, and checks the exact sum.
+// Posts "w" on rank 0, lets `send_data` deliver rank 1's chunk after its Ready, and checks
+// the exact sum.
 std::string allreduce(Job& job, const std::function<void(const Frame& ready)>& send_data) {
   std::array<float, 2> out{};
-  PostArgs a;
-  a.name = kOp;
-  a.send = kMine.data();
-  a.recv = out.data();
-  a.count = out.size();
-  a.dtype = DType::F32;
-  a.redop = RedOp::Sum;
-  auto posted = job.victim->post(std::move(a));
-  if (!posted.is_ok()) return "post: " + posted.status().message();
-  Frame ready;
-  Status s = job.fake.await(MsgType::Ready, kOp, posted.value()->version(), after_ms(kBoundMs), &ready);
-  if (!s.is_ok()) return "no Ready from rank 0: " + s.message();
-  job.fake.send(member_ready(ready));
-  send_data(ready);
-  if (!posted.value()->wait_for(kBoundMs, &s)) return "the op did not end within 10 s";
-  if (!s.is_ok()) return "allreduce failed: " + s.message();
-  const std::array<float, 2> want = {kMine[0] + kTheirs[0], kMine[1] + kTheirs[1]};
-  if (out != want) return "wrong sum on rank 0";
-  return {};
+  std::shared_ptr<RequestState> request;
+  return allreduce_checked(*job.victim, job.fake, &out, [&](const Frame& ready) {
+    job.fake.send(member_ready(ready));
+    send_data(ready);
+  }, &request);
 }
 
 std::vector<uint8_t> shm_data(const Frame& ready, ShmDescriptor where) {
@@ -215,22 +191,16 @@ TEST_CASE("shm: bad ring frames from rank 1 close its link with an error naming 
       }
       ShmProducer ring(std::move(seg.value()));
       std::array<float, 2> out{};
-      PostArgs a;
-      a.name = kOp;
-      a.send = kMine.data();
-      a.recv = out.data();
-      a.count = out.size();
-      a.dtype = DType::F32;
-      a.redop = RedOp::Sum;
-      auto posted = job.victim->post(std::move(a));
-      REQUIRE(posted.is_ok());
+      std::shared_ptr<RequestState> request;
       Frame ready;
-      REQUIRE(job.fake.await(MsgType::Ready, kOp, posted.value()->version(), after_ms(kBoundMs), &ready).is_ok());
+      error = post_op(*job.victim, job.fake, &out, &request, &ready);
+      INFO(error);
+      REQUIRE(error.empty());
       std::vector<uint8_t> bad = f.frames(ready, &ring);
       job.fake.send(concat({member_ready(ready), bad}));
       CHECK(job.fake.socket().wait_closed(after_ms(kBoundMs)) != RawSocket::Closed::StillOpen);
       Status s;
-      REQUIRE(posted.value()->wait_for(kBoundMs, &s));
+      REQUIRE(request->wait_for(kBoundMs, &s));
       CHECK(s.code() == Code::PeerLost);
       CHECK_THAT(s.message(), Catch::Contains(f.says));
       std::vector<LogLine> lines = log.take_at_least(1, kBoundMs);
