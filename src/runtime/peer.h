@@ -108,8 +108,9 @@ class Peer {
   // I/O thread: runs the loop; in adaptive mode it polls for a while after traffic
   // before it sleeps in epoll again.
   void run_loop();
-  // I/O thread: one polling window; false once the loop has nothing left to run.
-  bool poll(SpinWindow& window, uint64_t* seen);
+  // I/O thread: one polling window, ended early by bulk reads from other hosts; false
+  // once the loop has nothing left to run.
+  bool poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes);
   // I/O thread: changes whenever traffic arrives or work was posted.
   uint64_t activity() const { return transport_->read_events() + drained_; }
   void set_error(const Status& s);
@@ -170,6 +171,10 @@ class Peer {
   // it: a waiter of a large op spins only while the loop sleeps.
   std::shared_ptr<std::atomic<bool>> polling_ = std::make_shared<std::atomic<bool>>(false);
   uint64_t drained_ = 0;                 // I/O thread only: inbox batches run
+  // I/O thread only: ops above the eager size in flight. With peers on other hosts the
+  // loop sleeps while one runs (their data comes at the link's pace), see peer.cpp.
+  uint64_t large_ops_ = 0;
+  bool one_host_ = false;                // every rank on this host: poll through bulk too
 
   mutable std::mutex state_mu_;
   Status sticky_;                        // under state_mu_

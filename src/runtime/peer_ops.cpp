@@ -167,10 +167,20 @@ Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
   if (!prepared.is_ok()) return prepared.status();
   auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
   auto request = op->request;
-  Status s = queue([this, op] {
-    enter([this, op] {
+  const uint64_t bytes = std::max(send_elements(op->spec), recv_elements(op->spec)) *
+                         dtype_size(op->spec.dtype);
+  const bool large = adaptive_ && bytes > config_.eager_bytes;
+  Status s = queue([this, op, large] {
+    enter([this, op, large] {
       if (fusion_ && !current_.strategy && fusion_->offer(*op)) return;
       bind(*op);
+      if (large) {
+        ++large_ops_;
+        op->finish_hook = [this](const Status& st) {
+          --large_ops_;
+          return st;
+        };
+      }
       // The op's Ready and first Data frames to a peer leave in one write.
       transport_->cork();
       engine_->start(std::move(*op));

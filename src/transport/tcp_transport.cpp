@@ -107,6 +107,7 @@ struct TcpTransport::Conn {
   void start_reading();
   void count_read(size_t n) {
     ++owner->read_events_;
+    owner->read_bytes_ += n;
     if (identified && owner->opt_.link_counters != nullptr) owner->opt_.link_counters[rank].add_received(n);
   }
   void process();

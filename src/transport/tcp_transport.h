@@ -60,6 +60,7 @@ class TcpTransport final : public Transport {
   void uncork();
   // Reads that delivered bytes so far: a cheap sign of traffic for a polling loop.
   uint64_t read_events() const { return read_events_; }
+  uint64_t read_bytes() const { return read_bytes_; }
 
   struct Conn;
   struct WriteReq;
@@ -106,6 +107,7 @@ class TcpTransport final : public Transport {
   bool stopping_ = false;
   uint64_t connect_deadline_ = 0;
   uint64_t read_events_ = 0;
+  uint64_t read_bytes_ = 0;
   int corked_ = 0;
   std::vector<Conn*> corked_conns_;    // connections with frames held by the cork
   std::string last_refusal_;           // why the latest handshake failed, for set-up errors
