@@ -52,11 +52,13 @@ struct Run {
   bool done = true;
 };
 
-// Runs one op on n ranks over `s`, delivering messages in FIFO order.
+// Runs one op on n ranks over `s`, delivering messages in FIFO order; in place: each
+// rank's output buffer starts as its input and is passed as both.
 Run run(OpKind kind, RedOp op, const std::shared_ptr<const Strategy>& s, int n,
-        const std::vector<std::vector<float>>& in, uint64_t count) {
+        const std::vector<std::vector<float>>& in, uint64_t count, bool in_place = false) {
   Run r;
   r.out.assign(static_cast<size_t>(n), std::vector<float>(count, -1.0f));
+  if (in_place) r.out = in;
   r.sent.assign(static_cast<size_t>(n), 0);
   std::vector<std::unique_ptr<CollectiveOp>> ops;
   std::deque<Message> queue;
@@ -68,7 +70,9 @@ Run run(OpKind kind, RedOp op, const std::shared_ptr<const Strategy>& s, int n,
     sends.clear();
   };
   for (int k = 0; k < n; ++k) {
-    const float* send = kind == OpKind::Barrier ? nullptr : in[static_cast<size_t>(k)].data();
+    const float* send = kind == OpKind::Barrier ? nullptr
+                        : in_place                ? r.out[static_cast<size_t>(k)].data()
+                                                  : in[static_cast<size_t>(k)].data();
     ops.push_back(std::make_unique<CollectiveOp>(
         spec_for(kind, op, s, n, k, send, r.out[static_cast<size_t>(k)].data(), count)));
   }
@@ -160,32 +164,9 @@ TEST_CASE("direct exchange: one message to every other rank, the rank-order sum 
 TEST_CASE("direct exchange: in place, and a barrier", "[direct]") {
   auto clique = strategy("clique", 3);
   SECTION("in place") {
-    std::vector<std::vector<float>> bufs = {{1, 2}, {10, 20}, {100, 200}};
-    std::vector<std::unique_ptr<CollectiveOp>> ops;
-    for (int k = 0; k < 3; ++k) {
-      ops.push_back(std::make_unique<CollectiveOp>(spec_for(
-          OpKind::Allreduce, RedOp::Sum, clique, 3, k, bufs[k].data(), bufs[k].data(), 2)));
-    }
-    std::vector<ChunkSend> sends;
-    std::deque<Message> queue;
-    for (int k = 0; k < 3; ++k) {
-      ops[k]->start(&sends);
-      for (auto& c : sends) queue.push_back({k, c, std::vector<uint8_t>(c.data, c.data + c.bytes)});
-      sends.clear();
-    }
-    while (!queue.empty()) {
-      Message m = std::move(queue.front());
-      queue.pop_front();
-      uint8_t* into = nullptr;
-      REQUIRE(ops[m.send.dst]->target(m.src, m.send.chunk, m.send.stage, m.send.offset, m.send.bytes, &into).is_ok());
-      std::memcpy(into, m.payload.data(), m.payload.size());
-      ops[m.send.dst]->delivered(m.src, m.send.chunk, m.send.stage, &sends);
-      REQUIRE(sends.empty());
-    }
-    for (int k = 0; k < 3; ++k) {
-      REQUIRE(ops[k]->done());
-      CHECK(bufs[k] == std::vector<float>{111, 222});
-    }
+    Run r = run(OpKind::Allreduce, RedOp::Sum, clique, 3, {{1, 2}, {10, 20}, {100, 200}}, 2, true);
+    REQUIRE(r.done);
+    for (const auto& out : r.out) CHECK(out == std::vector<float>{111, 222});
   }
   SECTION("barrier: done once every rank was heard from, one empty message each way") {
     for (int n = 2; n <= 5; ++n) {
