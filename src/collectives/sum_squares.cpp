@@ -35,33 +35,30 @@ inline double sum_squares(const T* p, size_t n, Widen widen) {
 // AVX2 build of them, chosen once at run time where the CPU has it, does four lanes per
 // instruction. Chosen by a plain check rather than an ifunc (target_clones): ifunc
 // resolvers run during relocation, before a sanitizer runtime is ready.
-double sum_squares_f32_base(const float* p, size_t n) {
-  return sum_squares(p, n, [](float v) { return static_cast<double>(v); });
-}
-double sum_squares_f64_base(const double* p, size_t n) {
-  return sum_squares(p, n, [](double v) { return v; });
+// float and double widen to double exactly.
+template <typename T>
+double sum_squares_base(const T* p, size_t n) {
+  return sum_squares(p, n, [](T v) { return static_cast<double>(v); });
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-[[gnu::target("avx2")]] double sum_squares_f32_avx2(const float* p, size_t n) {
-  return sum_squares(p, n, [](float v) { return static_cast<double>(v); });
-}
-[[gnu::target("avx2")]] double sum_squares_f64_avx2(const double* p, size_t n) {
-  return sum_squares(p, n, [](double v) { return v; });
+template <typename T>
+[[gnu::target("avx2")]] double sum_squares_avx2(const T* p, size_t n) {
+  return sum_squares(p, n, [](T v) { return static_cast<double>(v); });
 }
 bool have_avx2() {
   static const bool yes = __builtin_cpu_supports("avx2");
   return yes;
 }
-double sum_squares_f32(const float* p, size_t n) {
-  return have_avx2() ? sum_squares_f32_avx2(p, n) : sum_squares_f32_base(p, n);
-}
-double sum_squares_f64(const double* p, size_t n) {
-  return have_avx2() ? sum_squares_f64_avx2(p, n) : sum_squares_f64_base(p, n);
+template <typename T>
+double sum_squares_fast(const T* p, size_t n) {
+  return have_avx2() ? sum_squares_avx2(p, n) : sum_squares_base(p, n);
 }
 #else
-double sum_squares_f32(const float* p, size_t n) { return sum_squares_f32_base(p, n); }
-double sum_squares_f64(const double* p, size_t n) { return sum_squares_f64_base(p, n); }
+template <typename T>
+double sum_squares_fast(const T* p, size_t n) {
+  return sum_squares_base(p, n);
+}
 #endif
 
 constexpr size_t kBlockBytes = 8 << 10;
@@ -71,9 +68,9 @@ constexpr size_t kBlockBytes = 8 << 10;
 double squared_norm(DType dtype, const void* data, size_t count) {
   switch (dtype) {
     case DType::F32:
-      return sum_squares_f32(static_cast<const float*>(data), count);
+      return sum_squares_fast(static_cast<const float*>(data), count);
     case DType::F64:
-      return sum_squares_f64(static_cast<const double*>(data), count);
+      return sum_squares_fast(static_cast<const double*>(data), count);
     case DType::F16:
       return sum_squares(static_cast<const uint16_t*>(data), count,
                          [](uint16_t v) { return static_cast<double>(f16_to_f32(v)); });
