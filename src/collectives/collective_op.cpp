@@ -1,6 +1,7 @@
 #include "collectives/collective_op.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <set>
 
@@ -396,16 +397,12 @@ void CollectiveOp::finalised(uint32_t c, std::vector<ChunkSend>* out) {
 
 void CollectiveOp::finish() {
   const uint64_t block_bytes = spec_.count * elem_;
-  if (direct_ && spec_.kind == OpKind::Allreduce && block_bytes > 0) {
+  if (direct_ && spec_.kind == OpKind::Allreduce) {
     // Rank order, as a serial reduction would: every rank computes the same bits.
-    std::memcpy(spec_.recv, work_, block_bytes);
-    for (int k = 1; k < spec_.size; ++k) {
-      reduce_into(spec_.dtype, spec_.redop, static_cast<uint8_t*>(spec_.recv),
-                  work_ + static_cast<uint64_t>(k) * block_bytes, spec_.count);
-    }
-    if (spec_.redop == RedOp::Avg) {
-      finish_average(spec_.dtype, static_cast<uint8_t*>(spec_.recv), spec_.count, spec_.size);
-    }
+    std::array<const void*, kDirectMaxPeers> inputs{};
+    const size_t n = static_cast<size_t>(spec_.size);
+    for (size_t k = 0; k < n; ++k) inputs[k] = work_ + k * block_bytes;
+    combine_in_order(spec_.dtype, spec_.redop, spec_.recv, std::span(inputs.data(), n), spec_.count);
   }
   if (spec_.kind == OpKind::ReduceScatter && block_bytes > 0) {
     std::memcpy(spec_.recv, work_ + static_cast<uint64_t>(spec_.rank) * block_bytes, block_bytes);

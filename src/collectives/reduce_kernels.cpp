@@ -336,4 +336,12 @@ uint16_t f32_to_f16(float f) { return f32_to_f16_inline(f); }
 float bf16_to_f32(uint16_t h) { return bf16_to_f32_inline(h); }
 uint16_t f32_to_bf16(float f) { return f32_to_bf16_inline(f); }
 
+void combine_in_order(DType dtype, RedOp op, void* dst, std::span<const void* const> inputs,
+                      size_t count) {
+  if (inputs.empty() || count == 0) return;
+  std::memcpy(dst, inputs[0], count * dtype_size(dtype));
+  for (size_t k = 1; k < inputs.size(); ++k) reduce_into(dtype, op, dst, inputs[k], count);
+  if (op == RedOp::Avg) finish_average(dtype, dst, count, static_cast<int>(inputs.size()));
+}
+
 }  // namespace taiji

@@ -180,7 +180,7 @@ void Fusion::on_round(const Round& round, const Status& s) {
     if (it == waiting_.end()) continue;
     std::unique_ptr<Waiting> w = std::move(it->second);
     waiting_.erase(it);
-    reduce_inline_entry(lists, e, opt_.size, static_cast<uint8_t*>(w->op.spec.recv));
+    reduce_inline_entry(lists, e, static_cast<uint8_t*>(w->op.spec.recv));
     w->op.request->set_topology_digest(round.digest);
     finish(*w, {});
   }

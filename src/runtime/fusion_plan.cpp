@@ -98,21 +98,15 @@ FusionOutcome settle_fusion_round(const std::vector<std::vector<FusionEntry>>& l
 }
 
 void reduce_inline_entry(const std::vector<std::vector<FusionEntry>>& lists, const FusionEntry& entry,
-                         int size, uint8_t* out) {
-  const auto dtype = static_cast<DType>(entry.dtype);
-  const auto redop = static_cast<RedOp>(entry.redop);
-  bool first = true;
+                         uint8_t* out) {
+  // Settled ops are in every list, so there is one input per rank, in rank order.
+  std::vector<const void*> inputs;
   for (const auto& list : lists) {
     auto at = std::find_if(list.begin(), list.end(), [&](const FusionEntry& e) { return e.same_op(entry); });
-    if (at == list.end()) continue;  // settled ops are in every list
-    if (first) {
-      std::memcpy(out, at->data.data(), entry.bytes());
-      first = false;
-    } else {
-      reduce_into(dtype, redop, out, at->data.data(), entry.count);
-    }
+    if (at != list.end()) inputs.push_back(at->data.data());
   }
-  if (redop == RedOp::Avg) finish_average(dtype, out, entry.count, size);
+  combine_in_order(static_cast<DType>(entry.dtype), static_cast<RedOp>(entry.redop), out, inputs,
+                   entry.count);
 }
 
 std::vector<FusionGroup> plan_fusion_groups(const std::vector<FusionEntry>& agreed,

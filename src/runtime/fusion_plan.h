@@ -74,7 +74,7 @@ struct FusionGroup {
 // An agreed inline op's result: every rank's data combined in rank order (the same bits
 // on every rank). `out` holds entry.bytes().
 void reduce_inline_entry(const std::vector<std::vector<FusionEntry>>& lists, const FusionEntry& entry,
-                         int size, uint8_t* out);
+                         uint8_t* out);
 
 // Groups of one dtype and reduction each, at most buffer_bytes (a single larger op alone);
 // inline ops are left out.

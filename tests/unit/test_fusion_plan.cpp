@@ -97,7 +97,7 @@ TEST_CASE("fusion plan: tiny ops reduce from the lists' own data, in rank order"
   REQUIRE(out.agreed.size() == 1);
   REQUIRE(out.agreed[0].inline_data());
   int32_t got[2] = {0, 0};
-  reduce_inline_entry(lists, out.agreed[0], 3, reinterpret_cast<uint8_t*>(got));
+  reduce_inline_entry(lists, out.agreed[0], reinterpret_cast<uint8_t*>(got));
   CHECK(got[0] == 20);
   CHECK(got[1] == -2);
   // Inline ops take no buffer; larger ones do.
