@@ -254,10 +254,15 @@ void Peer::run_loop() {
     // Woken by the tick alone: nothing suggests more traffic soon, so no polling.
     if (activity() == seen) continue;
     seen = activity();
-    const bool bulk = transport_->read_bytes() - bytes > kBulkReadBytes;
-    bytes = transport_->read_bytes();
-    if ((one_host_ || (!bulk && large_ops_ == 0)) && !poll(window, &seen, &bytes)) return;
+    if (!paced_by_network(&bytes) && !poll(window, &seen, &bytes)) return;
   }
+}
+
+bool Peer::paced_by_network(uint64_t* bytes) {
+  const uint64_t read = transport_->read_bytes();
+  const bool bulk = read - *bytes > kBulkReadBytes;
+  *bytes = read;
+  return !one_host_ && (large_ops_ > 0 || bulk);
 }
 
 bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
@@ -271,8 +276,7 @@ bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
       alive = false;
       break;
     }
-    if (!one_host_ && (large_ops_ > 0 || transport_->read_bytes() - *bytes > kBulkReadBytes)) break;
-    *bytes = transport_->read_bytes();
+    if (paced_by_network(bytes)) break;
     uint64_t now = progress_now_ns();
     if (activity() != *seen) {
       *seen = activity();

@@ -97,6 +97,8 @@ class Peer {
   Status queue(std::function<void()> task, const std::string& name, uint64_t version);
   // I/O thread: gives an op its graphs (the current topology, or the size rule).
   void bind(PostedOp& op) const;
+  // The default table's built-in for an op of this size.
+  BoundStrategy by_size(const CollectiveSpec& spec) const;
   // I/O thread: the graphs by size alone, ignoring the current topology (fusion's ops).
   void bind_by_size(PostedOp& op) const;
   // I/O thread: starts an op now, or later if a topology change is being agreed.
@@ -111,6 +113,10 @@ class Peer {
   // I/O thread: one polling window, ended early by bulk reads from other hosts; false
   // once the loop has nothing left to run.
   bool poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes);
+  // I/O thread: whether data now comes at a remote link's pace, so the loop should sleep
+  // rather than poll: peers on other hosts and a large op in flight, or a bulk read since
+  // *bytes (which it advances).
+  bool paced_by_network(uint64_t* bytes);
   // I/O thread: changes whenever traffic arrives or work was posted.
   uint64_t activity() const { return transport_->read_events() + drained_; }
   void set_error(const Status& s);
@@ -171,8 +177,8 @@ class Peer {
   // it: a waiter of a large op spins only while the loop sleeps.
   std::shared_ptr<std::atomic<bool>> polling_ = std::make_shared<std::atomic<bool>>(false);
   uint64_t drained_ = 0;                 // I/O thread only: inbox batches run
-  // I/O thread only: ops above the eager size in flight. With peers on other hosts the
-  // loop sleeps while one runs (their data comes at the link's pace), see peer.cpp.
+  // I/O thread only: ops above the eager size in flight, counted only with peers on other
+  // hosts (the loop sleeps while one runs: their data comes at the link's pace).
   uint64_t large_ops_ = 0;
   bool one_host_ = false;                // every rank on this host: poll through bulk too
 

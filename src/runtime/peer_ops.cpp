@@ -21,6 +21,18 @@ constexpr uint64_t kSpinBesideIoBytes = 4096;
 
 Status invalid(const std::string& m) { return {Code::InvalidArgument, m}; }
 
+void use_strategy(PostedOp& op, const BoundStrategy& b) {
+  op.spec.strategy = b.strategy;
+  op.spec.strategy_id = b.id;
+  op.spec.strategy_tag = b.tag;
+  op.request->set_topology_digest(b.digest);
+}
+
+// The larger of an op's send and receive buffers.
+uint64_t op_bytes(const CollectiveSpec& spec) {
+  return std::max(send_elements(spec), recv_elements(spec)) * dtype_size(spec.dtype);
+}
+
 }  // namespace
 
 Result<BoundStrategy> Peer::resolve_topology(const std::string& text) const {
@@ -33,28 +45,16 @@ Result<BoundStrategy> Peer::resolve_topology(const std::string& text) const {
   return bind_custom(std::move(parsed.value()));
 }
 
-void Peer::bind(PostedOp& op) const {
-  if (!op.spec.strategy) {
-    BoundStrategy b = current_;
-    if (!b.strategy) {
-      uint64_t bytes = send_elements(op.spec) * dtype_size(op.spec.dtype);
-      b = strategies_->get(strategy_id(select_strategy(bytes, config_.size, default_selection())));
-    }
-    op.spec.strategy = b.strategy;
-    op.spec.strategy_id = b.id;
-    op.spec.strategy_tag = b.tag;
-    op.request->set_topology_digest(b.digest);
-  }
+BoundStrategy Peer::by_size(const CollectiveSpec& spec) const {
+  uint64_t bytes = send_elements(spec) * dtype_size(spec.dtype);
+  return strategies_->get(strategy_id(select_strategy(bytes, config_.size, default_selection())));
 }
 
-void Peer::bind_by_size(PostedOp& op) const {
-  uint64_t bytes = send_elements(op.spec) * dtype_size(op.spec.dtype);
-  BoundStrategy b = strategies_->get(strategy_id(select_strategy(bytes, config_.size, default_selection())));
-  op.spec.strategy = b.strategy;
-  op.spec.strategy_id = b.id;
-  op.spec.strategy_tag = b.tag;
-  op.request->set_topology_digest(b.digest);
+void Peer::bind(PostedOp& op) const {
+  if (!op.spec.strategy) use_strategy(op, current_.strategy ? current_ : by_size(op.spec));
 }
+
+void Peer::bind_by_size(PostedOp& op) const { use_strategy(op, by_size(op.spec)); }
 
 void Peer::enter(std::function<void()> start) {
   if (gate_) {
@@ -127,16 +127,10 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
     // 4-peer barrier took 107 us (median of 5 runs) with sleeping waiters and 71 us with
     // spinning ones; a 1 MiB allreduce over shared memory at n=2 lost a third of its
     // bandwidth to a spinning waiter.
-    const uint64_t bytes = std::max(send_elements(op.spec), recv_elements(op.spec)) * elem;
     op.request->set_spin(static_cast<uint64_t>(config_.spin_us) * 1000,
-                         bytes <= kSpinBesideIoBytes ? nullptr : polling_);
+                         op_bytes(op.spec) <= kSpinBesideIoBytes ? nullptr : polling_);
   }
-  if (explicit_strategy.strategy) {
-    op.spec.strategy = explicit_strategy.strategy;
-    op.spec.strategy_id = explicit_strategy.id;
-    op.spec.strategy_tag = explicit_strategy.tag;
-    op.request->set_topology_digest(explicit_strategy.digest);
-  }
+  if (explicit_strategy.strategy) use_strategy(op, explicit_strategy);
   return op;
 }
 
@@ -167,9 +161,8 @@ Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
   if (!prepared.is_ok()) return prepared.status();
   auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
   auto request = op->request;
-  const uint64_t bytes = std::max(send_elements(op->spec), recv_elements(op->spec)) *
-                         dtype_size(op->spec.dtype);
-  const bool large = adaptive_ && bytes > config_.eager_bytes;
+  // Only counted where it matters: a loop with peers on other hosts sleeps while one runs.
+  const bool large = adaptive_ && !one_host_ && op_bytes(op->spec) > config_.eager_bytes;
   Status s = queue([this, op, large] {
     enter([this, op, large] {
       if (fusion_ && !current_.strategy && fusion_->offer(*op)) return;
