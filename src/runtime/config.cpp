@@ -189,6 +189,23 @@ Status resolve_switch(int* field, const char* name, const char* unset, const cha
   return config_error(named(var, v) + " must be " + allowed);
 }
 
+// Fills a count that is -1 while unset: explicit value (checked against 0..max), else
+// the variable, else the default.
+Status fill_count(int64_t* field, const char* name, const char* var, int64_t def, int64_t max,
+                  const EnvLookup& env) {
+  if (*field < -1 || *field > max) {
+    return config_error(explicit_source(name, *field) + " is not in 0.." + std::to_string(max));
+  }
+  if (*field != -1) return Status::ok();
+  *field = def;
+  if (const char* v = lookup(env, var)) {
+    uint64_t n = 0;
+    if (Status s = env_int(var, v, 0, static_cast<uint64_t>(max), &n); !s.is_ok()) return s;
+    *field = static_cast<int64_t>(n);
+  }
+  return Status::ok();
+}
+
 // Fills a byte-size field: explicit (non-zero) value, else the variable, else the default.
 Status fill_bytes(uint64_t* field, const char* name, const char* var, uint64_t def,
                   const EnvLookup& env, std::string* source) {
@@ -397,18 +414,11 @@ Status resolve_monitoring(Config* c, const EnvLookup& env) {
       return config_error("metrics address " + source + " is not [host:]port: " + why);
     }
   }
-  if (c->flight_recorder_size < -1 || c->flight_recorder_size > kMaxFlightRecorderSize) {
-    return config_error(explicit_source("flight_recorder_size", c->flight_recorder_size) +
-                        " is not in 0.." + std::to_string(kMaxFlightRecorderSize));
-  }
-  if (c->flight_recorder_size == -1) {
-    c->flight_recorder_size = kDefaultFlightRecorderSize;
-    if (const char* v = lookup(env, "TAIJI_FLIGHT_RECORDER_SIZE")) {
-      uint64_t n = 0;
-      Status s = env_int("TAIJI_FLIGHT_RECORDER_SIZE", v, 0, kMaxFlightRecorderSize, &n);
-      if (!s.is_ok()) return s;
-      c->flight_recorder_size = static_cast<int64_t>(n);
-    }
+  if (Status s = fill_count(&c->flight_recorder_size, "flight_recorder_size",
+                            "TAIJI_FLIGHT_RECORDER_SIZE", kDefaultFlightRecorderSize,
+                            kMaxFlightRecorderSize, env);
+      !s.is_ok()) {
+    return s;
   }
   const char* tmp = lookup(env, "TMPDIR");
   fill_string(&c->flight_recorder_dir, "TAIJI_FLIGHT_RECORDER_DIR", tmp != nullptr ? tmp : "/tmp",
@@ -421,20 +431,7 @@ Status resolve_progress(Config* c, const EnvLookup& env) {
   std::string source;
   fill_string(&c->progress, "TAIJI_PROGRESS", "adaptive", env, &source);
   if (Status s = check_one_of("progress mode", c->progress, source, kProgressModes); !s.is_ok()) return s;
-  if (c->spin_us < -1 || c->spin_us > kMaxSpinUs) {
-    return config_error(explicit_source("spin_us", c->spin_us) + " is not in 0.." +
-                        std::to_string(kMaxSpinUs));
-  }
-  if (c->spin_us == -1) {
-    c->spin_us = kDefaultSpinUs;
-    if (const char* v = lookup(env, "TAIJI_SPIN_US")) {
-      uint64_t us = 0;
-      Status s = env_int("TAIJI_SPIN_US", v, 0, kMaxSpinUs, &us);
-      if (!s.is_ok()) return s;
-      c->spin_us = static_cast<int64_t>(us);
-    }
-  }
-  return Status::ok();
+  return fill_count(&c->spin_us, "spin_us", "TAIJI_SPIN_US", kDefaultSpinUs, kMaxSpinUs, env);
 }
 
 }  // namespace
