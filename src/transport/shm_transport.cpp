@@ -59,25 +59,20 @@ bool ShmTransport::active_to(int dst) const {
 }
 
 void ShmTransport::send(int dst, OutMessage msg) {
-  if (dst >= 0 && dst < opt_.size && !links_[dst].waiting.empty()) {
-    Link& link = links_[dst];
-    link.waiting_bytes += msg.owned.empty() ? msg.payload_len : msg.owned.size();
-    link.waiting.push_back(std::move(msg));
-    return;
-  }
-  if (!try_send(dst, msg)) {
-    Link& link = links_[dst];
-    link.waits++;
-    link.waiting_bytes += msg.owned.empty() ? msg.payload_len : msg.owned.size();
-    link.waiting.push_back(std::move(msg));
-  }
+  // Behind frames already waiting for room, in order; else it waits only if the ring is full.
+  const bool behind = dst >= 0 && dst < opt_.size && !links_[dst].waiting.empty();
+  if (!behind && try_send(dst, msg)) return;
+  Link& link = links_[dst];
+  if (!behind) link.waits++;
+  link.waiting_bytes += msg.payload_size();
+  link.waiting.push_back(std::move(msg));
 }
 
 bool ShmTransport::try_send(int dst, OutMessage& msg) {
-  const uint64_t len = msg.owned.empty() ? msg.payload_len : msg.owned.size();
+  const uint64_t len = msg.payload_size();
   if (msg.header.type == MsgType::Data && len >= kShmMinPayload && active_to(dst)) {
     Link& link = links_[dst];
-    const uint8_t* payload = msg.owned.empty() ? msg.payload : msg.owned.data();
+    const uint8_t* payload = msg.payload_data();
     ShmDescriptor where;
     const bool may_wait = len <= link.out->max_waiting_payload();
     if (may_wait ? link.out->push_or_ask(payload, len, &where) : link.out->push(payload, len, &where)) {
@@ -102,7 +97,7 @@ void ShmTransport::on_credit(int dst) {
   Link& link = links_[dst];
   while (!link.waiting.empty()) {
     OutMessage& msg = link.waiting.front();
-    const uint64_t len = msg.owned.empty() ? msg.payload_len : msg.owned.size();
+    const uint64_t len = msg.payload_size();
     if (!try_send(dst, msg)) return;
     link.waiting_bytes -= len;
     link.waiting.pop_front();

@@ -20,6 +20,9 @@ struct OutMessage {
   const uint8_t* payload = nullptr;
   size_t payload_len = 0;
   std::vector<uint8_t> owned;  // when non-empty, the payload (payload/payload_len ignored)
+  // The payload, wherever it lives.
+  const uint8_t* payload_data() const { return owned.empty() ? payload : owned.data(); }
+  size_t payload_size() const { return owned.empty() ? payload_len : owned.size(); }
   // Runs once the transport no longer reads the payload: sent, or failed/cancelled.
   std::function<void(const Status&)> on_sent;
 };
