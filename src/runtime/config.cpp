@@ -459,6 +459,8 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
   fill_string(&c.log_level, "TAIJI_LOG_LEVEL", "warn", env, &level_src);
   std::string shm_src;
   fill_string(&c.shm, "TAIJI_SHM", "auto", env, &shm_src);
+  std::string cc_src;
+  fill_string(&c.tcp_congestion, "TAIJI_TCP_CONGESTION", "", env, &cc_src);
 
   if (Status s = fill_timeout(&c.timeout_ms, "timeout_ms", "TAIJI_TIMEOUT_MS", env); !s.is_ok()) {
     return s;
@@ -534,6 +536,15 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
     return s;
   }
   if (Status s = check_one_of("shared-memory mode", c.shm, shm_src, kShmModes); !s.is_ok()) return s;
+  // The kernel's names (TCP_CA_NAME_MAX); whether this host has it is checked at init.
+  const bool cc_ok = c.tcp_congestion.size() < 16 &&
+                     std::all_of(c.tcp_congestion.begin(), c.tcp_congestion.end(), [](char ch) {
+                       return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_';
+                     });
+  if (!cc_ok) {
+    return config_error("TCP congestion control " + cc_src +
+                        " is not a name like cubic or bbr (lower-case letters, digits, '_'; at most 15)");
+  }
   if (c.shm_ring_bytes < kMinShmRingBytes || c.shm_ring_bytes > kMaxShmRingBytes) {
     return config_error("shared-memory ring size " + ring_src + " is not between " +
                         std::to_string(kMinShmRingBytes) + " and " +

@@ -86,6 +86,7 @@ Peer::Peer(const Config& config)
   to.limits.max_name_len = static_cast<uint16_t>(config_.max_name_len);
   to.limits.max_payload = config_.max_payload;
   to.secret = config_.secret;
+  to.congestion = config_.tcp_congestion;
   to.handshake_timeout_ms = static_cast<uint64_t>(config_.handshake_timeout_ms);
   to.max_pending_connections = static_cast<int>(config_.max_pending_connections);
   to.link_counters = metrics_->link_counters();

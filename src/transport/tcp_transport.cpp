@@ -1,6 +1,9 @@
 #include "transport/tcp_transport.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
@@ -302,6 +305,8 @@ Result<std::string> TcpTransport::listen() {
     });
   }
   if (rc != 0) return uv_error("cannot listen on " + opt_.listen_host, rc);
+  // Checked here, so that a name this host lacks fails init; every link then sets it.
+  if (Status cc = set_congestion(&listener_); !cc.is_ok()) return cc;
   sockaddr_storage bound{};
   int len = sizeof(bound);
   uv_tcp_getsockname(&listener_, reinterpret_cast<sockaddr*>(&bound), &len);
@@ -310,6 +315,21 @@ Result<std::string> TcpTransport::listen() {
                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   bool v6 = opt_.listen_host.find(':') != std::string::npos;
   return (v6 ? "[" + opt_.listen_host + "]" : opt_.listen_host) + ":" + std::to_string(port);
+}
+
+Status TcpTransport::set_congestion(uv_tcp_t* tcp) const {
+  if (opt_.congestion.empty()) return {};
+  uv_os_fd_t fd = -1;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(tcp), &fd) != 0) return {};
+  const std::string& name = opt_.congestion;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) == 0) {
+    return {};
+  }
+  const int err = errno;
+  return {Code::Config, "TCP congestion control '" + name + "' (TAIJI_TCP_CONGESTION): " + std::strerror(err) +
+                            (err == ENOENT ? " (not in /proc/sys/net/ipv4/tcp_available_congestion_control)"
+                             : err == EPERM ? " (not in /proc/sys/net/ipv4/tcp_allowed_congestion_control)"
+                                            : "")};
 }
 
 void TcpTransport::connect_all(std::vector<std::string> addresses, uint64_t timeout_ms,
@@ -391,6 +411,8 @@ void TcpTransport::on_connected(Conn* c, int status) {
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  // The listener accepted the same name, so this fails only if the system changed since.
+  if (Status cc = set_congestion(&c->tcp); !cc.is_ok()) log().warn("{}", cc.message());
   c->rank = c->dial_rank;
   c->start_reading();
   start_handshake(c);
@@ -431,6 +453,7 @@ void TcpTransport::on_accept() {
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  if (Status cc = set_congestion(&c->tcp); !cc.is_ok()) log().warn("{}", cc.message());
   c->start_reading();
   start_handshake(c);
 }

@@ -31,6 +31,8 @@ struct TcpOptions {
   uint64_t handshake_timeout_ms = 10000;
   int max_pending_connections = 64;    // accepted connections still in their handshake
   LinkCounters* link_counters = nullptr;  // size entries, by rank: bytes per link; or none
+  // TCP congestion control of every link (TCP_CONGESTION); empty: the system's default.
+  std::string congestion;
 };
 
 class TcpTransport final : public Transport {
@@ -77,6 +79,8 @@ class TcpTransport final : public Transport {
   void on_accept();
   void on_handshake_frame(Conn* c);
   void start_handshake(Conn* c);
+  // Applies opt_.congestion to a socket (nothing when empty).
+  Status set_congestion(uv_tcp_t* tcp) const;
   void sweep_handshakes();
   WriteReq* frame(Conn* c, OutMessage msg);
   int write(Conn* c, OutMessage msg);

@@ -3,6 +3,9 @@
 // structs from older callers.
 #include <catch2/catch.hpp>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -320,4 +324,69 @@ TEST_CASE("api: a failed async op's error text", "[api]") {
   failures.add_all(lines);
   CHECK(taiji_request_error(nullptr) == std::string());
   check_no_failures(failures);
+}
+
+namespace {
+
+// TCP sockets of this process whose congestion control is `name`.
+int sockets_with_congestion(const std::string& name) {
+  int found = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    int type = 0;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
+    char cc[16] = {};
+    len = sizeof(cc);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &len) == 0 && name == cc) ++found;
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("api: TAIJI_TCP_CONGESTION sets every link's congestion control; an unknown one fails init",
+          "[api]") {
+  // reno is always built in; pick cubic instead where reno is already the default.
+  std::string system_default;
+  std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control") >> system_default;
+  const std::string chosen = system_default == "reno" ? "cubic" : "reno";
+  constexpr int n = 3;
+  {
+    EnvOverride cc("TAIJI_TCP_CONGESTION", chosen.c_str());
+    Failures failures;
+    std::atomic<int> ready{0};
+    std::atomic<bool> counted{false};
+    int seen = 0;
+    failures.add_all(run_peers(n, [&](taiji_peer_t* peer, int rank) {
+      std::vector<float> in(1000, 1.0f), out(1000, 0.0f);
+      taiji_op_options_t opt = op_options();
+      failures.expect_status(rank, "allreduce", taiji_allreduce(peer, "cc/sum", in.data(), out.data(), 1000,
+                                                              TAIJI_F32, TAIJI_SUM, &opt, nullptr),
+                             TAIJI_OK);
+      failures.expect(rank, out[0] == n && out[999] == n, "wrong sum");
+      // Every peer is connected to every other now; count while none has finalized.
+      ++ready;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      if (rank == 0) {
+        while (ready < n && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        seen = sockets_with_congestion(chosen);
+        counted = true;
+      }
+      while (!counted && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }));
+    check_no_failures(failures);
+    // Both ends of each of the n(n-1)/2 links, and every listener.
+    CHECK(seen >= n * (n - 1) + n);
+  }
+  {
+    EnvOverride cc("TAIJI_TCP_CONGESTION", "nosuchcc");
+    auto lines = run_peers(2, [](taiji_peer_t*, int) {});
+    REQUIRE(!lines.empty());
+    CHECK(lines.front().find("'nosuchcc' (TAIJI_TCP_CONGESTION)") != std::string::npos);
+    CHECK(lines.front().find("tcp_available_congestion_control") != std::string::npos);
+  }
 }

@@ -436,6 +436,17 @@ TEST_CASE("shared memory: auto by default, off on request, ring size bounded", "
   CHECK(contains(error({{"TAIJI_SHM_RING_BYTES", "17G"}}), "is not between 65536 and 17179869184"));
 }
 
+TEST_CASE("config: TCP congestion control is the system's unless TAIJI_TCP_CONGESTION names one", "[config]") {
+  CHECK(ok({}).tcp_congestion.empty());
+  CHECK(ok({{"TAIJI_TCP_CONGESTION", "cubic"}}).tcp_congestion == "cubic");
+  CHECK(ok({{"TAIJI_TCP_CONGESTION", "dctcp_2"}}).tcp_congestion == "dctcp_2");
+  for (const char* bad : {"Cubic", "cu bic", "cubic;", "a_name_of_sixteen"}) {
+    CAPTURE(bad);
+    CHECK(contains(error({{"TAIJI_TCP_CONGESTION", bad}}),
+                   "TCP congestion control TAIJI_TCP_CONGESTION='" + std::string(bad) + "' is not a name"));
+  }
+}
+
 TEST_CASE("config: fusion is off unless TAIJI_FUSION turns it on; its sizes are checked", "[config]") {
   Config c = ok({});
   CHECK(c.fusion == 0);
