@@ -197,8 +197,8 @@ void Fusion::start_group(const FusionGroup& plan) {
   auto group = std::make_shared<Group>();
   group->plan = plan;
   const uint64_t elem = dtype_size(plan.dtype);
-  group->send.assign(plan.count * elem, 0);
-  group->recv.assign(plan.count * elem, 0);
+  group->send = take_buffer(plan.count * elem);
+  group->recv = take_buffer(plan.count * elem);
   uint64_t timeout_ms = UINT64_MAX;
   const uint64_t now = now_ms();
   const uint64_t started_ns = monotonic_ns();
@@ -217,6 +217,8 @@ void Fusion::start_group(const FusionGroup& plan) {
         w->token = opt_.metrics->op_started(w->trace);
       }
       ++running_;
+    } else {
+      std::memset(group->send.data() + offset, 0, e.count * elem);  // a reused buffer's leftovers
     }
     group->members.push_back(std::move(w));
     offset += e.count * elem;
@@ -253,6 +255,23 @@ void Fusion::on_group(Group& group, const Status& s) {
     offset += bytes;
   }
   group.members.clear();
+  // The allreduce has ended: nothing writes into or reads from the buffers any more.
+  give_back(std::move(group.send));
+  give_back(std::move(group.recv));
+}
+
+std::vector<uint8_t> Fusion::take_buffer(uint64_t bytes) {
+  std::vector<uint8_t> buffer;
+  if (!spare_.empty()) {
+    buffer = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer;
+}
+
+void Fusion::give_back(std::vector<uint8_t>&& buffer) {
+  if (spare_.size() < kSpareBuffers) spare_.push_back(std::move(buffer));
 }
 
 void Fusion::finish(Waiting& w, const Status& s) {

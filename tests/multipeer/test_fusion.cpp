@@ -236,3 +236,44 @@ TEST_CASE("fusion: an op no other rank posts times out by its own deadline", "[f
     done = true;
   });
 }
+
+TEST_CASE("fusion: batch after batch through reused buffers, every result is its own batch's", "[fusion]") {
+  constexpr int n = 2;
+  constexpr int batches = 6;
+  EnvOverride fusion("TAIJI_FUSION", "on");
+  Failures failures;
+  failures.add_all(run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    for (int b = 0; b < batches; ++b) {
+      // Sizes and dtypes change from batch to batch, so that a reused buffer is sometimes
+      // longer than the group and holds another batch's bytes past its end.
+      std::vector<ReduceCase> cases(24);
+      std::vector<std::vector<uint8_t>> in(cases.size()), out(cases.size());
+      std::vector<taiji_request_t*> reqs(cases.size(), nullptr);
+      taiji_op_options_t opt = op_options(30000);
+      for (size_t k = 0; k < cases.size(); ++k) {
+        ReduceCase& c = cases[k];
+        c.dtype = b % 2 == 0 ? TAIJI_F32 : TAIJI_I64;
+        c.count = 64 + static_cast<size_t>((k * 131 + static_cast<size_t>(b) * 977) % 900);
+        c.salt = salt_of("reuse/" + std::to_string(b) + "/" + std::to_string(k));
+        in[k].resize(c.count * dtype_size(c.dtype));
+        out[k].assign(c.count * dtype_size(c.dtype), 0xee);
+        fill_input(c, rank, in[k].data());
+        const std::string name = "reuse/" + std::to_string(k);
+        failures.expect_status(rank, "post " + name,
+                               taiji_allreduce(peer, name.c_str(), in[k].data(), out[k].data(), c.count, c.dtype,
+                                               c.op, &opt, &reqs[k]),
+                               TAIJI_OK);
+      }
+      for (size_t k = 0; k < cases.size(); ++k) {
+        const std::string name = "reuse/" + std::to_string(k) + " batch " + std::to_string(b);
+        if (reqs[k] == nullptr) continue;
+        taiji_status_t s = wait_bounded(peer, reqs[k], 40000, failures, rank, name);
+        taiji_request_free(reqs[k]);
+        if (!failures.expect_status(rank, name, s, TAIJI_OK)) continue;
+        std::string err = check_reduce(cases[k], n, out[k].data());
+        if (!err.empty()) failures.add(rank, name + ": " + err);
+      }
+    }
+  }));
+  check_no_failures(failures);
+}
