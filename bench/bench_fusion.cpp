@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench.h"
@@ -81,6 +82,10 @@ class FusionTest {
       fill_allreduce_input(*o_.dtype, o_.redop, rank, world, seed + i, &send_[i * bytes], count_);
     }
     std::fill(recv_.begin(), recv_.end(), uint8_t{0xff});
+    // The other peer in this process polls for a while after its own batch (adaptive
+    // progress, up to TAIJI_SPIN_US): let it go idle first, as an application's only peer
+    // would be, so that neither side's batch shares its cores with the other's leftovers.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
     check(taiji_barrier(side.peer, "bench.fuse.sync", &opts_, nullptr), side.peer, "taiji_barrier");
     std::vector<taiji_request_t*> reqs(n_, nullptr);
     auto start = std::chrono::steady_clock::now();
