@@ -174,6 +174,13 @@ void Fusion::on_round(const Round& round, const Status& s) {
     log().error("{}", why.message());
     finish(*w, why);
   }
+  if (defer_settling(lists, outcome)) {
+    for (auto& [key, w] : waiting_) w->listed = false;
+    log().debug("fusion round {}: {} ops agreed, left for the next round: ranks are still posting",
+                rounds_, outcome.agreed.size());
+    start_round();
+    return;
+  }
   for (const FusionEntry& e : outcome.agreed) {
     if (!e.inline_data()) continue;
     auto it = waiting_.find({e.hash, e.version});
@@ -191,6 +198,15 @@ void Fusion::on_round(const Round& round, const Status& s) {
   for (auto& [key, w] : waiting_) w->listed = false;
   held_ = outcome.agreed.empty() && outcome.mismatched.empty();
   start_round();
+}
+
+bool Fusion::defer_settling(const std::vector<std::vector<FusionEntry>>& lists, const FusionOutcome& outcome) {
+  size_t longest = 0;
+  for (const auto& list : lists) longest = std::max(longest, list.size());
+  const size_t settled = outcome.agreed.size() + outcome.mismatched.size();
+  const bool defer = !outcome.agreed.empty() && settled < longest && deferred_ < kMaxDeferredRounds;
+  deferred_ = defer ? deferred_ + 1 : 0;
+  return defer;
 }
 
 void Fusion::start_group(const FusionGroup& plan) {

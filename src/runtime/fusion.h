@@ -65,6 +65,9 @@ class Fusion {
   static constexpr size_t kRoundSlots = 128;
   // Kept for reuse: a send and a receive buffer for each of two groups in flight.
   static constexpr size_t kSpareBuffers = 4;
+  // Rounds in a row that may leave their agreed ops for the next (a rank's op that the
+  // others post late, or never, must not hold the agreed ones back for long).
+  static constexpr int kMaxDeferredRounds = 2;
 
   Fusion(FusionOptions options, FusionHooks hooks, NameTable* names);
   ~Fusion();
@@ -90,6 +93,11 @@ class Fusion {
   void schedule();
   void start_round();
   void on_round(const Round& round, const Status& s);
+  // Some rank listed ops that others have not posted yet: a batch still being posted.
+  // Settling now would run what is agreed so far as one group and the rest as another
+  // after the next round; one more round (far cheaper than a group) usually settles the
+  // batch whole. Decided from the round's lists alone, so every rank decides alike.
+  bool defer_settling(const std::vector<std::vector<FusionEntry>>& lists, const FusionOutcome& outcome);
   void start_group(const FusionGroup& plan);
   void on_group(Group& group, const Status& s);
   void finish(Waiting& w, const Status& s);
@@ -107,6 +115,7 @@ class Fusion {
   std::vector<std::vector<uint8_t>> spare_;
   uint64_t rounds_ = 0;
   uint64_t groups_ = 0;
+  int deferred_ = 0;             // rounds in a row that left their agreed ops
   uint64_t last_offer_ns_ = 0;
   size_t running_ = 0;           // ops in groups still running
   bool round_running_ = false;

@@ -277,3 +277,39 @@ TEST_CASE("fusion: batch after batch through reused buffers, every result is its
   }));
   check_no_failures(failures);
 }
+
+TEST_CASE("fusion: an op only one rank posts holds back the ops every rank posted only briefly", "[fusion]") {
+  constexpr int n = 3;
+  Failures failures;
+  std::atomic<bool> lonely_ended{false};
+  run_fused_failing_ops(n, failures, [&](taiji_peer_t* peer, int rank) {
+    std::vector<int32_t> in(256, rank + 1), out(256, 0), lonely_out(256, 0);
+    taiji_op_options_t lonely_opt = op_options(3000);
+    taiji_request_t* lonely = nullptr;
+    // Rank 0's list is longer than the others' in every round: rounds may leave the shared
+    // op for a later round while ranks are still posting, but only a bounded number of times.
+    if (rank == 0) {
+      failures.expect_status(rank, "post lonely",
+                             taiji_allreduce(peer, "hb/only0", in.data(), lonely_out.data(), 256, TAIJI_I32,
+                                             TAIJI_SUM, &lonely_opt, &lonely),
+                             TAIJI_OK);
+    }
+    taiji_op_options_t opt = op_options(20000);
+    auto start = Clock::now();
+    failures.expect_status(rank, "shared", taiji_allreduce(peer, "hb/shared", in.data(), out.data(), 256,
+                                                          TAIJI_I32, TAIJI_SUM, &opt, nullptr),
+                           TAIJI_OK);
+    failures.expect(rank, out[0] == 6 && out[255] == 6, "shared: wrong sum");
+    failures.expect(rank, ms_since(start) < 1500,
+                    "shared took " + std::to_string(ms_since(start)) + " ms beside rank 0's lonely op");
+    if (lonely != nullptr) {
+      failures.expect_status(rank, "lonely", wait_bounded(peer, lonely, 20000, failures, rank, "lonely"),
+                             TAIJI_ERR_TIMEOUT);
+      taiji_request_free(lonely);
+      lonely_ended = true;
+    }
+    // The others stay (a departed rank would end it with PeerLost instead).
+    auto stay = Clock::now();
+    while (!lonely_ended && ms_since(stay) < 20000) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+}
