@@ -39,8 +39,6 @@ struct FusionOptions {
   uint64_t buffer_bytes = 4 << 20;
   uint64_t chunk_bytes = 1 << 20;
   uint64_t round_timeout_ms = 60000;
-  // A round starts once no op was offered for this long (or its list is full).
-  uint64_t quiet_ns = 50000;
   Metrics* metrics = nullptr;
 };
 
@@ -116,7 +114,6 @@ class Fusion {
   uint64_t rounds_ = 0;
   uint64_t groups_ = 0;
   int deferred_ = 0;             // rounds in a row that left their agreed ops
-  uint64_t last_offer_ns_ = 0;
   size_t running_ = 0;           // ops in groups still running
   bool round_running_ = false;
   bool scheduled_ = false;
