@@ -88,7 +88,9 @@ taiji_status_t apply_options(taiji_peer_t* peer, const taiji_op_options_t* optio
   if (opt.callback != nullptr) {
     taiji_callback_t cb = opt.callback;
     void* user_data = opt.user_data;
-    args->callback = [cb, user_data](const taiji::Status& st) { cb(to_c(st), user_data); };
+    args->callback = [cb, user_data](const taiji::Status& st) {
+      taiji::call_user_callback([cb, user_data, st] { cb(to_c(st), user_data); });
+    };
   }
   return TAIJI_OK;
 }

@@ -55,7 +55,7 @@ case $pass in
     # The suites with threads to race. The wire suite bounds resident memory, which TSan's
     # own bookkeeping grows; the fault suite's deadlines do not allow TSan's slowdown.
     suites="multipeer process monitor"
-    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp
     ;;
   *)
     echo "sanitize: unknown pass '$pass' (asan or tsan)" >&2

@@ -42,6 +42,12 @@ Peer::Peer(const Config& config)
   wake_.data = this;
   uv_timer_init(&loop_, &tick_);
   tick_.data = this;
+  if (adaptive_) {
+    // The I/O thread parks for a quarter of the spin window at first: the most an op
+    // posted without a waiter waits for it right after a waiter gave the loop back.
+    LoopBaton::Driver* driver = this;
+    baton_ = std::make_shared<LoopBaton>(driver, static_cast<uint64_t>(config_.spin_us) * 1000 / 4);
+  }
   metrics_ = std::make_unique<Metrics>(config_.rank, config_.size,
                                        static_cast<size_t>(config_.flight_recorder_size));
   metrics_->set_enabled(config_.metrics == 1);
@@ -176,6 +182,8 @@ Status Peer::bootstrap() {
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     run_loop();
+    if (baton_) baton_->close();
+    run_deferred_callbacks();
   });
   if (config_.size == 1) return {};
   auto connected = std::make_shared<std::promise<Status>>();
@@ -228,7 +236,7 @@ void Peer::run_on_loop(std::function<void()> fn) {
 }
 
 void Peer::wake_loop() {
-  if (!polling_->load()) uv_async_send(&wake_);
+  if (!polling_.load()) uv_async_send(&wake_);
 }
 
 void Peer::drain_inbox() {
@@ -267,11 +275,18 @@ bool Peer::paced_by_network(uint64_t* bytes) {
 }
 
 bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
-  polling_->store(true);
+  polling_.store(true);
   bool alive = true;
   bool paid = false;
   uint64_t deadline = progress_now_ns() + window.ns();
   for (;;) {
+    if (baton_->wanted()) {
+      baton_->lend_and_park();
+      run_deferred_callbacks();
+      // The waiter left work, or stopped using the loop a while ago: poll a full window.
+      paid = true;
+      deadline = progress_now_ns() + window.ns();
+    }
     if (inbox_nonempty_.load(std::memory_order_relaxed)) drain_inbox();
     if (uv_run(&loop_, UV_RUN_NOWAIT) == 0) {
       alive = false;
@@ -291,9 +306,75 @@ bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
   }
   if (!paid) window.missed();
   // Posters that saw polling_ set skipped the eventfd: their work is in the inbox now.
-  polling_->store(false);
+  polling_.store(false);
   drain_inbox();
   return alive;
+}
+
+namespace {
+
+// A waiter writing to a peer that just closed would get SIGPIPE, which kills the process;
+// blocked, the write fails with EPIPE instead (as on the I/O thread, where it always is).
+// A SIGPIPE raised meanwhile is taken off the thread before the caller's mask returns.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlocked() {
+    if (sigismember(&old_, SIGPIPE) == 1) return;
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE) == 1) {
+      timespec now{0, 0};
+      sigtimedwait(&pipe_, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+};
+
+}  // namespace
+
+bool Peer::drive(const std::atomic<bool>& done, uint64_t window_ns, uint64_t hard_ns) {
+  SigpipeBlocked no_sigpipe;
+  DeferUserCallbacks defer(&deferred_);
+  uint64_t seen = activity();
+  uint64_t bytes = transport_->read_bytes();
+  uint64_t deadline = std::min(progress_now_ns() + window_ns, hard_ns);
+  for (;;) {
+    if (inbox_nonempty_.load(std::memory_order_relaxed)) drain_inbox();
+    if (done.load(std::memory_order_acquire)) break;
+    if (uv_run(&loop_, UV_RUN_NOWAIT) == 0) return true;
+    if (done.load(std::memory_order_acquire) || paced_by_network(&bytes)) break;
+    const uint64_t now = progress_now_ns();
+    if (activity() != seen) {
+      seen = activity();
+      deadline = std::min(now + window_ns, hard_ns);
+    } else if (now >= deadline) {
+      break;
+    }
+    progress_pause();
+  }
+  return busy();
+}
+
+bool Peer::busy() const {
+  return inbox_nonempty_.load(std::memory_order_relaxed) || !deferred_.empty() || !engine_->idle() ||
+         (fusion_ && !fusion_->idle()) || gate_ || finalizing_ || closing_links_;
+}
+
+void Peer::run_deferred_callbacks() {
+  DeferredCallbacks work;
+  work.swap(deferred_);
+  for (auto& fn : work) fn();
 }
 
 Status Peer::finalize() {

@@ -17,6 +17,7 @@
 #include "monitor/metrics.h"
 #include "runtime/config.h"
 #include "runtime/fusion.h"
+#include "runtime/loop_baton.h"
 #include "runtime/name_table.h"
 #include "runtime/op_engine.h"
 #include "runtime/progress.h"
@@ -44,7 +45,7 @@ struct PostArgs {
   std::shared_ptr<NormTap> norms;  // allreduce: sums of squares taken on the way
 };
 
-class Peer {
+class Peer : private LoopBaton::Driver {
  public:
   // Joins the job (rendezvous, then a connection to every other peer). Blocks.
   static Result<std::unique_ptr<Peer>> create(const Config& config);
@@ -72,7 +73,8 @@ class Peer {
   void abort();
   Status async_error() const;
   // True on this peer's I/O thread (inside a completion callback), where blocking on an
-  // op would stop the very loop that completes it.
+  // op would stop the very loop that completes it. User callbacks run nowhere else, also
+  // while a waiter runs the loop (runtime/loop_baton.h).
   bool on_io_thread() const;
   std::thread::id io_thread_id() const { return io_thread_id_; }
 
@@ -111,8 +113,14 @@ class Peer {
   // before it sleeps in epoll again.
   void run_loop();
   // I/O thread: one polling window, ended early by bulk reads from other hosts; false
-  // once the loop has nothing left to run.
+  // once the loop has nothing left to run. Lends the loop to a waiter that asks for it.
   bool poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes);
+  // A waiter, holding the baton: runs the loop on its own thread (LoopBaton::Driver).
+  bool drive(const std::atomic<bool>& done, uint64_t window_ns, uint64_t hard_ns) override;
+  // Loop owner: whether the loop has work the I/O thread should take up now.
+  bool busy() const;
+  // I/O thread: user callbacks that completed while a waiter ran the loop.
+  void run_deferred_callbacks();
   // I/O thread: whether data now comes at a remote link's pace, so the loop should sleep
   // rather than poll: peers on other hosts and a large op in flight, or a bulk read since
   // *bytes (which it advances).
@@ -159,6 +167,9 @@ class Peer {
   std::unique_ptr<OpEngine> engine_;
   std::unique_ptr<Fusion> fusion_;       // null: fusion off
   std::unique_ptr<RendezvousServer> rendezvous_server_;
+  // Adaptive mode: lends the loop to waiters. Requests share it; it outlives the loop.
+  std::shared_ptr<LoopBaton> baton_;
+  DeferredCallbacks deferred_;           // loop owner only
   std::thread thread_;
   std::atomic<std::thread::id> io_thread_id_{};
 
@@ -172,10 +183,10 @@ class Peer {
   bool loop_closed_ = false;             // under inbox_mu_
   // Written under inbox_mu_; read without it by the polling loop as a hint.
   std::atomic<bool> inbox_nonempty_{false};
-  // True while the loop polls: posters then skip the eventfd. The loop clears it, then
-  // drains the inbox once more (under inbox_mu_), so no post goes unseen. Requests share
-  // it: a waiter of a large op spins only while the loop sleeps.
-  std::shared_ptr<std::atomic<bool>> polling_ = std::make_shared<std::atomic<bool>>(false);
+  // True while the loop polls or is lent to a waiter: posters then skip the eventfd. The
+  // I/O thread clears it, then drains the inbox once more (under inbox_mu_), so no post
+  // goes unseen.
+  std::atomic<bool> polling_{false};
   uint64_t drained_ = 0;                 // I/O thread only: inbox batches run
   // I/O thread only: ops above the eager size in flight, counted only with peers on other
   // hosts (the loop sleeps while one runs: their data comes at the link's pace).

@@ -17,7 +17,6 @@ namespace taiji {
 namespace {
 
 constexpr const char* kTopologyOpName = "taiji.set_topology";
-constexpr uint64_t kSpinBesideIoBytes = 4096;
 
 Status invalid(const std::string& m) { return {Code::InvalidArgument, m}; }
 
@@ -122,14 +121,7 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
   op.timeout_ms = static_cast<uint64_t>(args.timeout_ms > 0 ? args.timeout_ms : config_.timeout_ms);
   op.posted_ns = monotonic_ns();
   op.request = std::make_shared<RequestState>(op.version, std::move(args.callback));
-  if (adaptive_) {
-    // Waiters of small ops spin even while the I/O thread polls: measured on 2 cores, a
-    // 4-peer barrier took 107 us (median of 5 runs) with sleeping waiters and 71 us with
-    // spinning ones; a 1 MiB allreduce over shared memory at n=2 lost a third of its
-    // bandwidth to a spinning waiter.
-    op.request->set_spin(static_cast<uint64_t>(config_.spin_us) * 1000,
-                         op_bytes(op.spec) <= kSpinBesideIoBytes ? nullptr : polling_);
-  }
+  if (adaptive_) op.request->set_spin(static_cast<uint64_t>(config_.spin_us) * 1000, baton_);
   if (explicit_strategy.strategy) use_strategy(op, explicit_strategy);
   return op;
 }

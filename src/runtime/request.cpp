@@ -1,10 +1,16 @@
 #include "runtime/request.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "runtime/progress.h"
 
 namespace taiji {
+
+namespace {
+// Beyond a year is "no limit": clock arithmetic would overflow.
+constexpr int64_t kNoLimitMs = 365LL * 24 * 3600 * 1000;
+}  // namespace
 
 void RequestState::complete(const Status& status) {
   Callback cb;
@@ -32,29 +38,33 @@ void RequestState::spin(int64_t timeout_ms) const {
   // Per thread: whether spinning pays depends on what this thread waits for.
   thread_local SpinWindow window;
   if (window.max_ns() != spin_ns_) window = SpinWindow(spin_ns_);
+  const uint64_t now = progress_now_ns();
   uint64_t limit = window.ns();
-  if (timeout_ms >= 0 && static_cast<uint64_t>(timeout_ms) <= limit / 1000000) {
-    limit = static_cast<uint64_t>(timeout_ms) * 1000000;
+  uint64_t hard = UINT64_MAX;
+  if (timeout_ms >= 0 && timeout_ms <= kNoLimitMs) {
+    hard = now + static_cast<uint64_t>(timeout_ms) * 1000000;
+    limit = std::min(limit, hard - now);
   }
-  const uint64_t deadline = progress_now_ns() + limit;
-  while (!done_flag_.load(std::memory_order_acquire)) {
-    // A polling I/O thread delivers the completion within microseconds anyway; a second
-    // spinner would only take its core.
-    if (io_polling_ && io_polling_->load(std::memory_order_relaxed)) return;
-    if (progress_now_ns() >= deadline) {
-      window.missed();
-      return;
+  bool done;
+  if (baton_) {
+    done = baton_->wait_by_driving(done_flag_, limit, hard);
+  } else {
+    const uint64_t deadline = now + limit;
+    while (!(done = done_flag_.load(std::memory_order_acquire)) && progress_now_ns() < deadline) {
+      progress_pause();
     }
-    progress_pause();
   }
-  window.paid();
+  if (done) {
+    window.paid();
+  } else {
+    window.missed();
+  }
 }
 
 bool RequestState::wait_for(int64_t timeout_ms, Status* out) const {
   if (spin_ns_ > 0 && timeout_ms != 0) spin(timeout_ms);
   std::unique_lock<std::mutex> lock(mu_);
-  // Beyond a year is "no limit": steady_clock arithmetic would overflow.
-  if (timeout_ms < 0 || timeout_ms > 365LL * 24 * 3600 * 1000) {
+  if (timeout_ms < 0 || timeout_ms > kNoLimitMs) {
     cv_.wait(lock, [this] { return done_; });
   } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return done_; })) {
     return false;

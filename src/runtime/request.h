@@ -1,6 +1,7 @@
-// The state behind a taiji_request_t: completed once by the I/O thread, waited on by
-// any number of caller threads. A waiter may spin briefly on an atomic flag before it
-// sleeps on the condition variable (adaptive progress, runtime/progress.h).
+// The state behind a taiji_request_t: completed once by the thread running the peer's
+// loop, waited on by any number of caller threads. A waiter may first run the loop itself
+// for a short while (runtime/loop_baton.h), or spin on an atomic flag, before it sleeps
+// on the condition variable (adaptive progress, runtime/progress.h).
 #pragma once
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <mutex>
 
 #include "common/status.h"
+#include "runtime/loop_baton.h"
 
 namespace taiji {
 
@@ -21,13 +23,12 @@ class RequestState {
   RequestState(uint64_t version, Callback callback)
       : version_(version), callback_(std::move(callback)) {}
 
-  // Before the request is shared: waiters may spin up to spin_ns before they sleep; with
-  // io_polling set, only while *io_polling is false (the I/O thread, when it polls, is the
-  // one spinner). Without it they spin beside a polling I/O thread too, which pays for
-  // small ops, where waking a sleeping waiter is most of the op's time.
-  void set_spin(uint64_t spin_ns, std::shared_ptr<const std::atomic<bool>> io_polling) {
+  // Before the request is shared: waiters may spend up to spin_ns (longer while the loop
+  // they run makes progress) before they sleep, running the loop through baton when it is
+  // lent, else spinning.
+  void set_spin(uint64_t spin_ns, std::shared_ptr<LoopBaton> baton) {
     spin_ns_ = spin_ns;
-    io_polling_ = std::move(io_polling);
+    baton_ = std::move(baton);
   }
 
   // First call wins; wakes waiters, then runs the callback (on the calling thread).
@@ -44,12 +45,13 @@ class RequestState {
   void set_topology_digest(uint64_t d) { topology_digest_ = d; }
 
  private:
-  // Spins until done or the calling thread's adaptive window (at most the timeout) ends.
+  // Drives or spins until done or the calling thread's adaptive window (at most the
+  // timeout) ends.
   void spin(int64_t timeout_ms) const;
 
   const uint64_t version_;
   uint64_t spin_ns_ = 0;
-  std::shared_ptr<const std::atomic<bool>> io_polling_;
+  std::shared_ptr<LoopBaton> baton_;
   std::atomic<bool> done_flag_{false};   // done_, readable without the lock
   std::atomic<uint64_t> topology_digest_{0};
   Callback callback_;

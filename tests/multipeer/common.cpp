@@ -516,6 +516,7 @@ bool GuardedBuffer::guard_intact() const {
 
 void record_callback(taiji_status_t status, void* user_data) {
   auto* log = static_cast<CallbackLog*>(user_data);
+  if (log->waiter.load() == std::this_thread::get_id()) log->on_waiter.fetch_add(1);
   log->status.store(status);
   log->calls.fetch_add(1);
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace taiji_test {
@@ -128,6 +129,10 @@ class GuardedBuffer {
 struct CallbackLog {
   std::atomic<int> calls{0};
   std::atomic<int> status{1000};
+  // Set before the post: counts calls made on this thread (a waiter running the loop must
+  // leave user callbacks to the I/O thread).
+  std::atomic<std::thread::id> waiter{};
+  std::atomic<int> on_waiter{0};
 };
 // The status is stored before the count, and the count is the callback's last touch of the
 // log, so a waiter that sees the count may read the status and then free the log.

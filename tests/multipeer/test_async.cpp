@@ -272,6 +272,7 @@ TEST_CASE("async: completion callbacks run exactly once, with the op's status", 
       taiji_op_options_t opt = op_options();
       opt.callback = record_callback;
       opt.user_data = &logs[k];
+      logs[k].waiter = std::this_thread::get_id();
       failures.expect_status(rank, "post " + ops[k].name, post(peer, ops[k], bufs[k], &opt, &reqs[k]),
                              TAIJI_OK);
     }
@@ -289,6 +290,8 @@ TEST_CASE("async: completion callbacks run exactly once, with the op's status", 
       } else {
         failures.expect_status(rank, ops[k].name + ": callback status",
                                static_cast<taiji_status_t>(logs[k].status.load()), TAIJI_OK);
+        // The I/O thread's, even when the waiting caller ran the loop that completed it.
+        failures.expect(rank, logs[k].on_waiter == 0, ops[k].name + ": callback ran on the waiting thread");
       }
     }
 

@@ -12,6 +12,7 @@
 #include "runtime/config.h"
 #include "runtime/progress.h"
 #include "runtime/request.h"
+#include "waiter_race.h"
 
 using namespace taiji;
 
@@ -74,9 +75,8 @@ TEST_CASE("progress knobs: defaults, values, and errors naming the variable", "[
 }
 
 TEST_CASE("a request's test and zero-timeout wait never block and see completion", "[progress]") {
-  auto polling = std::make_shared<std::atomic<bool>>(false);
   RequestState r(1, nullptr);
-  r.set_spin(1000000, polling);
+  r.set_spin(1000000, nullptr);
   Status s;
   CHECK_FALSE(r.test(&s));
   CHECK_FALSE(r.wait_for(0, &s));
@@ -91,44 +91,13 @@ TEST_CASE("a request's test and zero-timeout wait never block and see completion
 TEST_CASE("no waiter misses a completion, spinning or sleeping, under many threads",
           "[progress]") {
   // Each round: every waiter thread waits on its own request while a completer finishes
-  // them all in turn. The I/O-polling flag flips every round, so waiters alternate
-  // between spinning (flag clear) and going straight to the condition variable, and
-  // tiny windows make them stop spinning right around the moment of completion.
-  constexpr int kWaiters = 8;
-  constexpr int kRounds = 300;
-  auto polling = std::make_shared<std::atomic<bool>>(false);
+  // them all in turn. Windows from none to long make waiters go straight to the condition
+  // variable or stop spinning right around the moment of completion. (With a loop to
+  // run instead of a flag to spin on: test_loop_baton.cpp.)
   const uint64_t windows[] = {0, 1000, 20000, 500000};
-  std::atomic<int> missed{0};
-  std::atomic<int> wrong{0};
-  for (int round = 0; round < kRounds; ++round) {
-    polling->store(round % 2 == 1);
-    std::vector<std::shared_ptr<RequestState>> reqs;
-    for (int i = 0; i < kWaiters; ++i) {
-      reqs.push_back(std::make_shared<RequestState>(static_cast<uint64_t>(i + 1), nullptr));
-      reqs.back()->set_spin(windows[(round + i) % 4], polling);
-    }
-    std::vector<std::thread> waiters;
-    for (int i = 0; i < kWaiters; ++i) {
-      waiters.emplace_back([&, i] {
-        Status s;
-        // Bounded: a lost wake-up shows as a timeout, not a hung test.
-        if (!reqs[i]->wait_for(10000, &s)) {
-          ++missed;
-        } else if (s.code() != Code::Mismatch || s.message() != std::to_string(i)) {
-          ++wrong;
-        }
-      });
-    }
-    std::thread completer([&] {
-      for (int i = 0; i < kWaiters; ++i) {
-        if ((round + i) % 3 == 0) std::this_thread::yield();
-        reqs[i]->complete({Code::Mismatch, std::to_string(i)});
-      }
-    });
-    completer.join();
-    for (auto& t : waiters) t.join();
-    if (missed > 0 || wrong > 0) break;
-  }
-  CHECK(missed == 0);
-  CHECK(wrong == 0);
+  auto race = taiji_test::race_waiters(300, 8, [&](int round, int i, RequestState& r) {
+    r.set_spin(windows[(round + i) % 4], nullptr);
+  });
+  CHECK(race.missed == 0);
+  CHECK(race.wrong == 0);
 }
