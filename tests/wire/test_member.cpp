@@ -6,7 +6,10 @@
 // PeerLost naming rank 1. Rank 0 never crashes and is destroyed promptly either way.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -207,6 +210,9 @@ LinkRun link_fault_once(const Rendezvous& rv, const std::string& job, LogCapture
   return run;
 }
 
+std::atomic<int> sigpipes{0};
+void count_sigpipe(int) { sigpipes.fetch_add(1); }
+
 }  // namespace
 
 TEST_CASE("member: the fake rank 1 completes a valid allreduce", "[member]") {
@@ -295,4 +301,57 @@ TEST_CASE("member: frames the header check refuses close the link to rank 1", "[
       CHECK(slowest_destroy < 5000);
     }
   }
+}
+
+TEST_CASE("member: a waiter running the loop writes to a closed link without SIGPIPE", "[member]") {
+  // Counted instead of killing the test binary, as it would under the default disposition.
+  struct sigaction counting = {};
+  struct sigaction before = {};
+  counting.sa_handler = count_sigpipe;
+  sigemptyset(&counting.sa_mask);
+  sigaction(SIGPIPE, &counting, &before);
+  const int sigpipes_before = sigpipes.load();
+  LogCapture log;
+  std::string error;
+  Rendezvous rv = start_rendezvous(&error);
+  REQUIRE(error.empty());
+  // A long spin window parks rank 0's I/O thread for a quarter of a second once this
+  // thread, waiting, has run the loop and given it back: so the waits below, not the I/O
+  // thread, are the first to touch the closed link (the first write draws a reset, the
+  // next fails with EPIPE, which raises SIGPIPE in the writing thread unless blocked).
+  Config config = base_config(0, rv.address, "wire-member-sigpipe");
+  config.progress = "adaptive";
+  config.spin_us = 1000000;
+  std::array<float, 2> out{};
+  FakeMember fake;
+  std::unique_ptr<Peer> victim;
+  error = start_with_fake(config, "", &fake, &victim);
+  INFO(error);
+  REQUIRE(error.empty());
+  for (int i = 0; i < 2; ++i) {
+    error = valid_allreduce(*victim, fake, &out);
+    INFO(error);
+    REQUIRE(error.empty());
+  }
+  fake.socket().close();
+  std::array<std::array<float, 2>, 3> outs{};
+  std::vector<std::shared_ptr<RequestState>> requests;
+  for (auto& o : outs) {
+    PostArgs args;
+    args.name = kOp;
+    args.send = kMine.data();
+    args.recv = o.data();
+    args.count = o.size();
+    auto posted = victim->post(args);
+    REQUIRE(posted.is_ok());
+    requests.push_back(posted.value());
+  }
+  for (auto& request : requests) {
+    Status s;
+    REQUIRE(request->wait_for(kBoundMs, &s));
+    CHECK(s.code() == Code::PeerLost);
+  }
+  victim.reset();
+  CHECK(sigpipes.load() == sigpipes_before);
+  sigaction(SIGPIPE, &before, nullptr);
 }
