@@ -62,11 +62,15 @@ void RequestState::spin(int64_t timeout_ms) const {
 }
 
 bool RequestState::wait_for(int64_t timeout_ms, Status* out) const {
+  // One deadline for the spin (or the loop a waiter runs, which may go on while it makes
+  // progress) and the sleep after it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(
+                                                               std::clamp<int64_t>(timeout_ms, 0, kNoLimitMs));
   if (spin_ns_ > 0 && timeout_ms != 0) spin(timeout_ms);
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout_ms < 0 || timeout_ms > kNoLimitMs) {
     cv_.wait(lock, [this] { return done_; });
-  } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return done_; })) {
+  } else if (!cv_.wait_until(lock, deadline, [this] { return done_; })) {
     return false;
   }
   if (out != nullptr) *out = status_;

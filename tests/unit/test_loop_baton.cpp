@@ -139,6 +139,22 @@ TEST_CASE("a parked I/O thread takes an unused loop back after its park", "[bato
   CHECK(loop.drives == 2);
 }
 
+TEST_CASE("a wait's timeout covers the loop it runs and the sleep after it", "[baton]") {
+  // The fake loop runs until the wait's own deadline (a real one goes on while it makes
+  // progress); the sleep after it must not start a second timeout.
+  FakeLoop loop;
+  auto baton = std::make_shared<LoopBaton>(&loop, 60000 * kMs);
+  auto request = std::make_shared<RequestState>(1, nullptr);
+  request->set_spin(5000 * kMs, baton);
+  FakeIoThread io(baton, &loop);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(request->wait_for(300, nullptr));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(loop.drives == 1);
+  CHECK(waited >= std::chrono::milliseconds(300));
+  CHECK(waited < std::chrono::milliseconds(550));
+}
+
 TEST_CASE("a closed baton is never taken; its waiters fall back to sleeping", "[baton]") {
   FakeLoop loop;
   auto baton = std::make_shared<LoopBaton>(&loop, kMs);
