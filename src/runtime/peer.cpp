@@ -176,7 +176,7 @@ Status Peer::bootstrap() {
     io_thread_id_ = std::this_thread::get_id();
     // A write to a connection the peer just closed raises SIGPIPE in the writing thread;
     // blocked here, it stays pending and the write fails with EPIPE instead of killing
-    // the process. Only this thread writes to peers' sockets.
+    // the process. A waiter running the loop blocks it too, while it does (drive()).
     sigset_t pipe;
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);

@@ -1,5 +1,8 @@
 // A peer: one process's (or one thread's) membership in a job. It owns an I/O thread
-// running a libuv loop; callers on any thread post work to it through a queue.
+// running a libuv loop; callers on any thread post work to it through a queue. "I/O
+// thread only" here and in the runtime means "on the thread running the loop": the I/O
+// thread, or a waiting caller it lent the loop to (runtime/loop_baton.h), never two at
+// once. User callbacks run on the I/O thread itself.
 #pragma once
 
 #include <uv.h>
