@@ -366,9 +366,13 @@ bool Peer::drive(const std::atomic<bool>& done, uint64_t window_ns, uint64_t har
   return busy();
 }
 
+bool Peer::ops_idle() const {
+  return engine_->idle() && (!fusion_ || fusion_->idle()) && !gate_ && gated_.empty();
+}
+
 bool Peer::busy() const {
-  return inbox_nonempty_.load(std::memory_order_relaxed) || !deferred_.empty() || !engine_->idle() ||
-         (fusion_ && !fusion_->idle()) || gate_ || finalizing_ || closing_links_;
+  return inbox_nonempty_.load(std::memory_order_relaxed) || !deferred_.empty() || !ops_idle() ||
+         finalizing_ || closing_links_;
 }
 
 void Peer::run_deferred_callbacks() {
@@ -434,8 +438,7 @@ void Peer::on_tick() {
   engine_->tick();
   if (fusion_) fusion_->tick();
   metrics_->sample_links(monotonic_ns());
-  bool idle = engine_->idle() && (!fusion_ || fusion_->idle()) && !gate_ && gated_.empty();
-  if (finalizing_ && (idle || uv_now(&loop_) >= close_deadline_)) {
+  if (finalizing_ && (ops_idle() || uv_now(&loop_) >= close_deadline_)) {
     finalizing_ = false;
     engine_->fail_all({Code::Aborted, "peer closed with the op still in flight"});
     if (fusion_) fusion_->fail_all({Code::Aborted, "peer closed with the op still in flight"});

@@ -120,6 +120,8 @@ class Peer : private LoopBaton::Driver {
   bool poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes);
   // A waiter, holding the baton: runs the loop on its own thread (LoopBaton::Driver).
   bool drive(const std::atomic<bool>& done, uint64_t window_ns, uint64_t hard_ns) override;
+  // Loop owner: no op in flight, none held back by a topology change.
+  bool ops_idle() const;
   // Loop owner: whether the loop has work the I/O thread should take up now.
   bool busy() const;
   // I/O thread: user callbacks that completed while a waiter ran the loop.
