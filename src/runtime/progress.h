@@ -10,7 +10,8 @@
 
 namespace taiji {
 
-// Monotonic nanoseconds, cheap enough (vDSO) to read on every poll.
+// Monotonic nanoseconds, cheap enough (vDSO) to read on every poll: steady_clock's, so a
+// value is also a steady_clock time point.
 uint64_t progress_now_ns();
 
 // One step of a spin loop. Yields the core: with more runnable threads than cores, a

@@ -34,22 +34,16 @@ bool RequestState::test(Status* out) const {
   return true;
 }
 
-void RequestState::spin(int64_t timeout_ms) const {
+void RequestState::spin(uint64_t now_ns, uint64_t hard_ns) const {
   // Per thread: whether spinning pays depends on what this thread waits for.
   thread_local SpinWindow window;
   if (window.max_ns() != spin_ns_) window = SpinWindow(spin_ns_);
-  const uint64_t now = progress_now_ns();
-  uint64_t limit = window.ns();
-  uint64_t hard = UINT64_MAX;
-  if (timeout_ms >= 0 && timeout_ms <= kNoLimitMs) {
-    hard = now + static_cast<uint64_t>(timeout_ms) * 1000000;
-    limit = std::min(limit, hard - now);
-  }
+  const uint64_t limit = std::min(window.ns(), hard_ns - now_ns);
   bool done;
   if (baton_) {
-    done = baton_->wait_by_driving(done_flag_, limit, hard);
+    done = baton_->wait_by_driving(done_flag_, limit, hard_ns);
   } else {
-    const uint64_t deadline = now + limit;
+    const uint64_t deadline = now_ns + limit;
     while (!(done = done_flag_.load(std::memory_order_acquire)) && progress_now_ns() < deadline) {
       progress_pause();
     }
@@ -64,13 +58,15 @@ void RequestState::spin(int64_t timeout_ms) const {
 bool RequestState::wait_for(int64_t timeout_ms, Status* out) const {
   // One deadline for the spin (or the loop a waiter runs, which may go on while it makes
   // progress) and the sleep after it.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(
-                                                               std::clamp<int64_t>(timeout_ms, 0, kNoLimitMs));
-  if (spin_ns_ > 0 && timeout_ms != 0) spin(timeout_ms);
+  const bool limited = timeout_ms >= 0 && timeout_ms <= kNoLimitMs;
+  const uint64_t now = progress_now_ns();
+  const uint64_t deadline = limited ? now + static_cast<uint64_t>(timeout_ms) * 1000000 : UINT64_MAX;
+  if (spin_ns_ > 0 && timeout_ms != 0) spin(now, deadline);
   std::unique_lock<std::mutex> lock(mu_);
-  if (timeout_ms < 0 || timeout_ms > kNoLimitMs) {
+  if (!limited) {
     cv_.wait(lock, [this] { return done_; });
-  } else if (!cv_.wait_until(lock, deadline, [this] { return done_; })) {
+  } else if (!cv_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline)),
+                             [this] { return done_; })) {
     return false;
   }
   if (out != nullptr) *out = status_;

@@ -45,9 +45,9 @@ class RequestState {
   void set_topology_digest(uint64_t d) { topology_digest_ = d; }
 
  private:
-  // Drives or spins until done or the calling thread's adaptive window (at most the
-  // timeout) ends.
-  void spin(int64_t timeout_ms) const;
+  // Drives or spins until done or the calling thread's adaptive window ends, never past
+  // hard_ns (progress_now_ns() time; UINT64_MAX: no limit).
+  void spin(uint64_t now_ns, uint64_t hard_ns) const;
 
   const uint64_t version_;
   uint64_t spin_ns_ = 0;
