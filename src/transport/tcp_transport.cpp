@@ -332,6 +332,12 @@ Status TcpTransport::set_congestion(uv_tcp_t* tcp) const {
                                             : "")};
 }
 
+void TcpTransport::tune_link(uv_tcp_t* tcp) const {
+  uv_tcp_nodelay(tcp, 1);
+  // The listener accepted the same name, so this fails only if the system changed since.
+  if (Status cc = set_congestion(tcp); !cc.is_ok()) log().warn("{}", cc.message());
+}
+
 void TcpTransport::connect_all(std::vector<std::string> addresses, uint64_t timeout_ms,
                                std::function<void(const Status&)> on_ready) {
   addresses_ = std::move(addresses);
@@ -410,9 +416,7 @@ void TcpTransport::on_connected(Conn* c, int status) {
     }, kConnectRetryMs, 0);
     return;
   }
-  uv_tcp_nodelay(&c->tcp, 1);
-  // The listener accepted the same name, so this fails only if the system changed since.
-  if (Status cc = set_congestion(&c->tcp); !cc.is_ok()) log().warn("{}", cc.message());
+  tune_link(&c->tcp);
   c->rank = c->dial_rank;
   c->start_reading();
   start_handshake(c);
@@ -452,8 +456,7 @@ void TcpTransport::on_accept() {
     uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), on_close);
     return;
   }
-  uv_tcp_nodelay(&c->tcp, 1);
-  if (Status cc = set_congestion(&c->tcp); !cc.is_ok()) log().warn("{}", cc.message());
+  tune_link(&c->tcp);
   c->start_reading();
   start_handshake(c);
 }

@@ -81,6 +81,8 @@ class TcpTransport final : public Transport {
   void start_handshake(Conn* c);
   // Applies opt_.congestion to a socket (nothing when empty).
   Status set_congestion(uv_tcp_t* tcp) const;
+  // Every link, dialed or accepted: no Nagle delay, and opt_.congestion.
+  void tune_link(uv_tcp_t* tcp) const;
   void sweep_handshakes();
   WriteReq* frame(Conn* c, OutMessage msg);
   int write(Conn* c, OutMessage msg);
