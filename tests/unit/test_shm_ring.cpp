@@ -89,24 +89,83 @@ TEST_CASE("shm offer and descriptor round-trip", "[shm]") {
 
 TEST_CASE("shm ring carries payloads in order through wrap-around and refuses when full", "[shm]") {
   Pair p = make_pair();
-  // Sizes chosen so the ring wraps several times with a skipped tail at the end.
+  // Sizes chosen so the ring wraps several times with a skipped tail at the end. The
+  // consumer lags one payload behind, so the ring is rarely empty; when a payload does not
+  // fit, the held one is consumed first and the payload starts over at the next lap.
   const uint64_t sizes[] = {4096, 30000, 20000, 17000, 1, 40000, 8, 32769, 12345, 33333};
+  std::vector<uint8_t> held_bytes;
+  ShmDescriptor held;
+  bool holding = false;
+  auto consume_held = [&] {
+    REQUIRE(p.consumer->check(held, 1ull << 30).is_ok());
+    CHECK(std::memcmp(p.consumer->at(held), held_bytes.data(), held.length) == 0);
+    p.consumer->release(held);
+    holding = false;
+  };
   uint64_t expected_end = 0;
+  int skips = 0, restarts = 0;
   for (int round = 0; round < 3; ++round) {
     uint8_t seed = 0;
     for (uint64_t len : sizes) {
       auto bytes = pattern(len, static_cast<uint8_t>(seed++ + round));
       ShmDescriptor where;
-      REQUIRE(p.producer->push(bytes.data(), len, &where));
-      CHECK(where.position == shm_place(expected_end, len, kCap));
+      if (holding && !p.producer->push(bytes.data(), len, &where)) {
+        consume_held();
+        restarts++;
+      }
+      if (!holding) {
+        REQUIRE(p.producer->push(bytes.data(), len, &where));
+        CHECK(where.position == shm_lap_start(expected_end, kCap));
+      } else {
+        CHECK(where.position == shm_place(expected_end, len, kCap));
+        if (where.position != expected_end) skips++;
+        consume_held();
+      }
       CHECK(where.length == len);
-      REQUIRE(p.consumer->check(where, 1ull << 30).is_ok());
-      CHECK(std::memcmp(p.consumer->at(where), bytes.data(), len) == 0);
-      p.consumer->release(where);
+      held = where;
+      held_bytes = bytes;
+      holding = true;
       expected_end = where.position + len;
     }
   }
+  consume_held();
+  CHECK(skips > 0);
+  CHECK(restarts > 0);
+}
 
+TEST_CASE("shm ring starts over at its first byte whenever the consumer caught up", "[shm]") {
+  Pair p = make_pair();
+  auto bytes = pattern(kCap, 4);
+  auto consume = [&](const ShmDescriptor& d) {
+    REQUIRE(p.consumer->check(d, kCap).is_ok());
+    CHECK(std::memcmp(p.consumer->at(d), bytes.data(), d.length) == 0);
+    p.consumer->release(d);
+  };
+  ShmDescriptor first, a, b, c, d;
+  REQUIRE(p.producer->push(bytes.data(), 1000, &first));
+  CHECK(first.position == 0);
+  consume(first);
+  // Empty: the next payload goes to byte 0 again, at the start of the next lap.
+  REQUIRE(p.producer->push(bytes.data(), 1000, &a));
+  CHECK(a.position == kCap);
+  // Not empty: payloads follow each other. The skipped rest of the first lap counts as
+  // free, so the lap can be filled to its end, but not one byte past it.
+  REQUIRE(p.producer->push(bytes.data(), 2000, &b));
+  CHECK(b.position == kCap + 1000);
+  CHECK_FALSE(p.producer->push(bytes.data(), kCap - 2999, &c));
+  REQUIRE(p.producer->push(bytes.data(), kCap - 3000, &c));
+  CHECK(c.position == kCap + 3000);
+  CHECK_FALSE(p.producer->push(bytes.data(), 1, &d));
+  consume(a);
+  consume(b);
+  consume(c);
+  // Empty again, and already at a lap start.
+  REQUIRE(p.producer->push(bytes.data(), 3000, &d));
+  CHECK(d.position == 2 * kCap);
+  consume(d);
+  REQUIRE(p.producer->push(bytes.data(), kCap, &d));
+  CHECK(d.position == 3 * kCap);
+  consume(d);
 }
 
 TEST_CASE("shm ring refuses a payload while unreleased ones fill it", "[shm]") {
@@ -128,7 +187,7 @@ TEST_CASE("shm ring refuses a payload while unreleased ones fill it", "[shm]") {
   CHECK_FALSE(p.producer->push(big.data(), 0, &c));
 }
 
-TEST_CASE("shm ring takes a payload of its whole capacity only when empty at a lap start", "[shm]") {
+TEST_CASE("shm ring takes a payload of its whole capacity only when empty", "[shm]") {
   Pair p = make_pair();
   auto whole = pattern(kCap, 3);
   ShmDescriptor where;
@@ -140,9 +199,14 @@ TEST_CASE("shm ring takes a payload of its whole capacity only when empty at a l
   p.consumer->release({0, kCap});
   REQUIRE(p.producer->push(whole.data(), 1, &where));
   CHECK(where.position == kCap);
-  p.consumer->release(where);
-  // Mid-lap, the whole capacity would have to skip over space counted as in use.
+  // Not empty: the whole capacity does not fit beside one byte.
   CHECK_FALSE(p.producer->push(whole.data(), kCap, &where));
+  p.consumer->release(where);
+  // Empty, mid-lap: it starts over at the next lap.
+  REQUIRE(p.producer->push(whole.data(), kCap, &where));
+  CHECK(where.position == 2 * kCap);
+  REQUIRE(p.consumer->check(where, kCap).is_ok());
+  CHECK(std::memcmp(p.consumer->at(where), whole.data(), kCap) == 0);
 }
 
 TEST_CASE("shm consumer refuses every descriptor but the next one", "[shm]") {
@@ -162,10 +226,15 @@ TEST_CASE("shm consumer refuses every descriptor but the next one", "[shm]") {
   refused({0, 1000}, 999, "out of range");
   REQUIRE(p.consumer->check(first, 1 << 20).is_ok());
   p.consumer->release(first);
-  // The next payload must follow the first; one that would cross the end must skip it.
-  refused({0, 1000}, 1 << 20, "expected 1000");
+  // The next payload must follow the first (one that would cross the end must skip it) or
+  // start over at the next lap.
+  const std::string lap = std::to_string(kCap);
+  refused({0, 1000}, 1 << 20, "expected 1000 or " + lap);
+  refused({999, 1000}, 1 << 20, "expected 1000 or " + lap);
+  refused({2 * kCap, 1000}, 1 << 20, "expected 1000 or " + lap);
   CHECK(p.consumer->check({1000, kCap - 1000}, 1 << 20).is_ok());
-  refused({1000, kCap - 999}, 1 << 20, "expected " + std::to_string(kCap));
+  CHECK(p.consumer->check({kCap, 1000}, 1 << 20).is_ok());
+  refused({1000, kCap - 999}, 1 << 20, "expected " + lap);
   CHECK(p.consumer->check({kCap, kCap - 999}, 1 << 20).is_ok());
 }
 
@@ -247,5 +316,5 @@ TEST_CASE("shm ring owes a credit exactly to a producer that found it full", "[s
   CHECK(p.consumer->release(b));        // the producer asked: it gets one wake-up
   REQUIRE(p.producer->push(half.data(), 1, &c));
   CHECK(c.position == 3 * (kCap / 2));
-  CHECK(p.producer->max_waiting_payload() == kCap / 2);
+  CHECK(p.producer->max_waiting_payload() == kCap);
 }
