@@ -274,7 +274,7 @@ void CollectiveOp::start(std::vector<ChunkSend>* out) {
 }
 
 Status CollectiveOp::target(int src, uint32_t chunk, Stage stage, uint64_t offset,
-                            uint64_t bytes, uint8_t** out) {
+                            uint64_t bytes, uint8_t** out, const uint8_t* in_memory) {
   auto fail = [&](const std::string& what) {
     return Status{Code::Protocol, "chunk " + std::to_string(chunk) + " from rank " +
                                       std::to_string(src) + ": " + what};
@@ -298,7 +298,16 @@ Status CollectiveOp::target(int src, uint32_t chunk, Stage stage, uint64_t offse
     auto it = std::find(kids.begin(), kids.end(), src);
     if (it == kids.end()) return fail("sender is not a reduce child of this rank");
     size_t idx = static_cast<size_t>(it - kids.begin());
-    if (ch.arrived[idx] || ch.partials[idx].held()) return fail("duplicate chunk");
+    if (ch.arrived[idx] || ch.partials[idx].held() || ch.in_memory != nullptr) {
+      return fail("duplicate chunk");
+    }
+    // With one child nothing else is combined in between: the partial can stay where it is
+    // (if aligned for the kernels, which read it as the dtype).
+    if (in_memory != nullptr && kids.size() == 1 && reinterpret_cast<uintptr_t>(in_memory) % elem_ == 0) {
+      ch.in_memory = in_memory;
+      *out = nullptr;
+      return {};
+    }
     ch.partials[idx] = ScratchBuffer(bytes);
     *out = ch.partials[idx].data();
     return {};
@@ -334,10 +343,12 @@ void CollectiveOp::delivered(int src, uint32_t chunk, Stage stage, std::vector<C
   double after = 0;
   for (size_t k = 0; k < ch.partials.size(); ++k) {
     const bool last = k + 1 == ch.partials.size();
-    reduce_into_counting(spec_.dtype, spec_.redop, chunk_ptr(chunk), ch.partials[k].data(), n,
+    const uint8_t* partial = ch.in_memory != nullptr ? ch.in_memory : ch.partials[k].data();
+    reduce_into_counting(spec_.dtype, spec_.redop, chunk_ptr(chunk), partial, n,
                          spec_.norms && k == 0 ? &before : nullptr, last && result_here ? &after : nullptr);
     ch.partials[k].release();
   }
+  ch.in_memory = nullptr;
   if (spec_.norms) {
     count_local(before);
     if (result_here) count_rooted(after);

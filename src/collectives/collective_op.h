@@ -78,8 +78,11 @@ class CollectiveOp {
   // Starts the op and appends the sends that can go at once.
   void start(std::vector<ChunkSend>* out);
   // Where the payload of one arriving chunk goes. Errors name what was unexpected.
+  // in_memory: the payload, if it is already readable there until delivered() returns
+  // (shared memory). A reduce stage with a single child then combines straight from it
+  // and sets *out to nullptr: nothing needs to be copied.
   Status target(int src, uint32_t chunk, Stage stage, uint64_t offset, uint64_t bytes,
-                uint8_t** out);
+                uint8_t** out, const uint8_t* in_memory = nullptr);
   // The payload returned by target() has fully arrived; appends the sends it enables.
   void delivered(int src, uint32_t chunk, Stage stage, std::vector<ChunkSend>* out);
 
@@ -97,6 +100,7 @@ class CollectiveOp {
     const Graph* bcast = nullptr;
     // Reduce stages: one partial per reduce child, combined in child order.
     std::vector<ScratchBuffer> partials;
+    const uint8_t* in_memory = nullptr;  // the only child's partial, read in place
     std::vector<bool> arrived;
     size_t pending = 0;
     // Route: the neighbour this rank receives the block from and forwards it to.

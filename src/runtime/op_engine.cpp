@@ -384,7 +384,7 @@ void OpEngine::release_early_bytes(uint64_t bytes) {
 }
 
 Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& name,
-                              uint8_t** target) {
+                              const uint8_t* in_memory, uint8_t** target) {
   *target = nullptr;
   Key key{name, h.op_version};
   if (h.type == MsgType::Ready) {
@@ -412,7 +412,8 @@ Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& 
       maybe_finish(op);
       return {};
     }
-    Status s = op.op->target(src, h.chunk, static_cast<Stage>(h.stage), h.offset, h.payload_len, target);
+    Status s = op.op->target(src, h.chunk, static_cast<Stage>(h.stage), h.offset, h.payload_len,
+                             target, in_memory);
     if (!s.is_ok()) {
       *target = nullptr;
       mismatch(op, plan_mismatch(op, s));

@@ -74,7 +74,7 @@ class OpEngine final : public ReceiveHandler {
   void transport_closed();
 
   Status accept_frame(int src, const FrameHeader& h, const std::string& name,
-                      uint8_t** target) override;
+                      const uint8_t* in_memory, uint8_t** target) override;
   void frame_done(int src, const FrameHeader& h, const std::string& name) override;
   void link_down(int src, bool graceful, const Status& why) override;
 

@@ -136,7 +136,7 @@ void ShmTransport::close_now(std::function<void()> on_closed) {
 }
 
 Status ShmTransport::accept_frame(int src, const FrameHeader& h, const std::string& name,
-                                  uint8_t** target) {
+                                  const uint8_t* in_memory, uint8_t** target) {
   Link& link = links_[src];
   switch (h.type) {
     case MsgType::ShmOffer:
@@ -163,7 +163,7 @@ Status ShmTransport::accept_frame(int src, const FrameHeader& h, const std::stri
       *target = link.rx;
       return {};
     default:
-      return handler_->accept_frame(src, h, name, target);
+      return handler_->accept_frame(src, h, name, in_memory, target);
   }
 }
 
@@ -233,11 +233,15 @@ void ShmTransport::on_data(int src, const FrameHeader& h, const std::string& nam
   if (Status s = decode_header(encoded, opt_.limits, &data); !s.is_ok()) {
     return inner_->drop(src, protocol(src, "ShmData: " + s.message()));
   }
+  const uint8_t* payload = link.in->at(where);
   uint8_t* target = nullptr;
-  if (Status s = handler_->accept_frame(src, data, name, &target); !s.is_ok()) {
+  if (Status s = handler_->accept_frame(src, data, name, payload, &target); !s.is_ok()) {
     return inner_->drop(src, s);
   }
-  if (target != nullptr) std::memcpy(target, link.in->at(where), where.length);
+  if (target != nullptr) std::memcpy(target, payload, where.length);
+  if (opt_.link_counters != nullptr) opt_.link_counters[src].add_received(where.length);
+  // The handler may read the payload in the ring until frame_done returns.
+  handler_->frame_done(src, data, name);
   if (link.in->release(where)) {
     OutMessage credit;
     credit.header.type = MsgType::ShmReply;
@@ -245,8 +249,6 @@ void ShmTransport::on_data(int src, const FrameHeader& h, const std::string& nam
     credit.name = kShmFrameName;
     inner_->send(src, std::move(credit));
   }
-  if (opt_.link_counters != nullptr) opt_.link_counters[src].add_received(where.length);
-  handler_->frame_done(src, data, name);
 }
 
 }  // namespace taiji

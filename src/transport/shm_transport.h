@@ -12,7 +12,10 @@
 // goes over TCP in the same ordered stream.
 //
 // Cost: one user copy on each side instead of two kernel copies and a syscall per socket
-// buffer; the doorbell adds one small TCP frame per payload.
+// buffer; the doorbell adds one small TCP frame per payload. The receiver's copy goes
+// away where the op can read the payload in the ring (accept_frame's in_memory: a reduce
+// step with one child combines straight from it), so the ring's bytes are released only
+// after frame_done.
 //
 // A lost peer is noticed through its TCP link, exactly as without shared memory. Ring
 // positions and lengths from a peer are checked like every other frame field: a bad one
@@ -64,7 +67,7 @@ class ShmTransport final : public Transport, public ReceiveHandler {
 
   // ReceiveHandler
   Status accept_frame(int src, const FrameHeader& h, const std::string& name,
-                      uint8_t** target) override;
+                      const uint8_t* in_memory, uint8_t** target) override;
   void frame_done(int src, const FrameHeader& h, const std::string& name) override;
   void link_down(int src, bool graceful, const Status& why) override;
 

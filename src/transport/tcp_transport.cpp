@@ -258,7 +258,7 @@ Status TcpTransport::Conn::name_complete() {
     return {Code::Protocol, "frame claims rank " + std::to_string(h.src_rank) +
                                 " on the connection of rank " + std::to_string(rank)};
   } else {
-    Status s = owner->handler_->accept_frame(rank, h, name, &target);
+    Status s = owner->handler_->accept_frame(rank, h, name, nullptr, &target);
     if (!s.is_ok()) return s;
   }
   if (h.payload_len == 0) frame_complete();

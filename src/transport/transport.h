@@ -33,8 +33,12 @@ class ReceiveHandler {
   // A frame's header and name arrived and passed validation. Set *target to where its
   // payload_len bytes go, or to nullptr to have the payload read and dropped. A non-ok
   // status is a protocol violation: the connection is closed with that error.
+  // in_memory: the payload, when it already sits in this process's memory (a shared-
+  // memory ring) and stays there until frame_done returns; nullptr when it is still to
+  // be read. The handler may then set *target to nullptr and read it there in frame_done
+  // (one copy less).
   virtual Status accept_frame(int src, const FrameHeader& h, const std::string& name,
-                              uint8_t** target) = 0;
+                              const uint8_t* in_memory, uint8_t** target) = 0;
   // The whole payload is in *target (as returned by accept_frame).
   virtual void frame_done(int src, const FrameHeader& h, const std::string& name) = 0;
   // The connection to src is gone; `graceful` when src said Bye first. Called once.

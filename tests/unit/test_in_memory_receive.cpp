@@ -1,0 +1,82 @@
+// Payloads read where they lie (a shared-memory ring) instead of being copied in first:
+// a reduce stage with a single child combines straight from them. The results must be
+// bitwise those of the copying path, for every strategy, reduction and world size.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "op_sim.h"
+
+using namespace taiji;
+using namespace taiji_test;
+
+TEST_CASE("in-memory receive: results are bitwise those of copying, on every strategy", "[receive]") {
+  struct Setup {
+    const char* strategy;
+    int n;
+    bool single_child_reduces;  // some rank reduces a chunk from exactly one child
+  };
+  const Setup setups[] = {{"ring", 2, true},  {"ring", 3, true},         {"ring", 5, true},
+                          {"tree", 4, true},  {"binary_tree", 6, true},  {"star", 3, false},
+                          {"clique", 4, false}};
+  // More than one 1 MiB chunk per rank's block on every setup.
+  const uint64_t count = 1400001;
+  for (const Setup& setup : setups) {
+    for (RedOp op : {RedOp::Sum, RedOp::Max, RedOp::Avg}) {
+      INFO(setup.strategy << " n=" << setup.n << " op " << static_cast<int>(op));
+      auto s = strategy(setup.strategy, setup.n);
+      auto in = random_inputs(setup.n, count, 17u + static_cast<uint32_t>(setup.n));
+      Run copied = run(OpKind::Allreduce, op, s, setup.n, in, count);
+      Run read = run(OpKind::Allreduce, op, s, setup.n, in, count, false, Receive::InMemory);
+      REQUIRE(copied.done);
+      REQUIRE(read.done);
+      CHECK(copied.read_in_memory == 0);
+      CHECK((read.read_in_memory > 0) == setup.single_child_reduces);
+      CHECK(read.sent == copied.sent);
+      for (int r = 0; r < setup.n; ++r) {
+        const auto& a = copied.out[static_cast<size_t>(r)];
+        const auto& b = read.out[static_cast<size_t>(r)];
+        CHECK(std::memcmp(a.data(), b.data(), count * sizeof(float)) == 0);
+        CHECK(std::memcmp(b.data(), read.out[0].data(), count * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("in-memory receive: a duplicate is refused and a misaligned payload is copied", "[receive]") {
+  auto s = strategy("ring", 2);
+  std::vector<float> in0(1000, 1.0f), in1(1000, 2.0f), out0(1000), out1(1000);
+  // 1 KiB chunks: rank 0 reduces two of the four.
+  CollectiveSpec spec0 = spec_for(OpKind::Allreduce, RedOp::Sum, s, 2, 0, in0.data(), out0.data(), 1000);
+  CollectiveSpec spec1 = spec_for(OpKind::Allreduce, RedOp::Sum, s, 2, 1, in1.data(), out1.data(), 1000);
+  spec0.chunk_bytes = spec1.chunk_bytes = 1024;
+  CollectiveOp op0(spec0);
+  CollectiveOp op1(spec1);
+  std::vector<ChunkSend> sends0, sends1;
+  op0.start(&sends0);
+  op1.start(&sends1);
+  // Rank 1's reduce sends to rank 0, one per chunk rank 0 reduces.
+  std::vector<ChunkSend> to0;
+  for (const ChunkSend& c : sends1) {
+    if (c.dst == 0 && c.stage == Stage::Reduce) to0.push_back(c);
+  }
+  REQUIRE(to0.size() == 2);
+  const ChunkSend& c = to0[0];
+  std::vector<uint8_t> payload(c.bytes);
+  std::memcpy(payload.data(), c.data, c.bytes);
+  uint8_t* into = nullptr;
+  REQUIRE(op0.target(1, c.chunk, c.stage, c.offset, c.bytes, &into, payload.data()).is_ok());
+  CHECK(into == nullptr);
+  Status twice = op0.target(1, c.chunk, c.stage, c.offset, c.bytes, &into, payload.data());
+  CHECK_THAT(twice.message(), Catch::Contains("duplicate chunk"));
+  std::vector<ChunkSend> after;
+  op0.delivered(1, c.chunk, c.stage, &after);
+  // Not aligned for f32: copied into a buffer of the op's own.
+  const ChunkSend& d = to0[1];
+  std::vector<uint8_t> shifted(d.bytes + 1);
+  std::memcpy(shifted.data() + 1, d.data, d.bytes);
+  REQUIRE(op0.target(1, d.chunk, d.stage, d.offset, d.bytes, &into, shifted.data() + 1).is_ok());
+  CHECK(into != nullptr);
+}
