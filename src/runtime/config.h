@@ -51,7 +51,7 @@ struct Config {
   std::string shm;                  // same-host data through shared memory: auto or off;
                                     // empty: unset (auto)
   uint64_t shm_ring_bytes = 0;      // shared-memory ring per directed pair; 0: unset
-                                    // (two chunks)
+                                    // (four chunks)
   std::string tcp_congestion;       // TCP congestion control of every link; empty: the system's
   int fusion = -1;                  // fuse small allreduces: 1 on, 0 off; -1: unset (off)
   uint64_t fusion_max_op_bytes = 0; // largest op fused; 0: unset (64 KiB)

@@ -4,7 +4,7 @@
 //   TCP only (TAIJI_SHM=off);
 //   a 64 KiB ring with 16 KiB chunks, so the ring fills and frames fall back to TCP while
 //   later ones go through the ring again;
-//   the default ring and chunk size (two 1 MiB chunks);
+//   the default ring and chunk size (four 1 MiB chunks);
 //   two hosts (listen address by rank parity): shared memory within each, TCP between.
 // Allreduce outputs are checked against the serial reference on one rank per case and, on
 // every rank, bitwise against the TCP run's output.

@@ -427,8 +427,8 @@ TEST_CASE("parse_host_port", "[config]") {
 TEST_CASE("shared memory: auto by default, off on request, ring size bounded", "[config]") {
   Config c = ok({});
   CHECK(c.shm == "auto");
-  CHECK(c.shm_ring_bytes == 2u << 20);  // two default chunks
-  CHECK(ok({{"TAIJI_CHUNK_BYTES", "4M"}}).shm_ring_bytes == 8u << 20);
+  CHECK(c.shm_ring_bytes == 4u << 20);  // four default chunks
+  CHECK(ok({{"TAIJI_CHUNK_BYTES", "4M"}}).shm_ring_bytes == 16u << 20);
   CHECK(ok({{"TAIJI_CHUNK_BYTES", "16K"}}).shm_ring_bytes == 64u << 10);
   CHECK(ok({{"TAIJI_CHUNK_BYTES", "4M"}, {"TAIJI_SHM_RING_BYTES", "1M"}}).shm_ring_bytes == 1u << 20);
   c = ok({{"TAIJI_SHM", "off"}, {"TAIJI_SHM_RING_BYTES", "64K"}});
