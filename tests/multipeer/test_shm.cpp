@@ -2,8 +2,10 @@
 // reduction, counts below the shared-memory threshold, at chunk boundaries, spanning many
 // chunks and larger than the ring, plus broadcast and allgather, at n = 2, 3, 4, under:
 //   TCP only (TAIJI_SHM=off);
-//   a 64 KiB ring with 16 KiB chunks, so the ring fills and frames fall back to TCP while
-//   later ones go through the ring again;
+//   a 64 KiB ring with 16 KiB chunks, so the ring fills and senders wait for room;
+//   a 64 KiB ring with 96 KiB chunks: a full chunk never fits and goes over TCP, shorter
+//   payloads (a chunk's tail, the broadcast and allgather blocks) through the ring, in
+//   one ordered stream;
 //   the default ring and chunk size (four 1 MiB chunks);
 //   two hosts (listen address by rank parity): shared memory within each, TCP between.
 // Allreduce outputs are checked against the serial reference on one rank per case and, on
@@ -33,9 +35,11 @@ struct Setup {
   bool two_hosts;
 };
 
+// Inputs are exact (tests/multipeer/common.h), so every chunk size gives the same bits.
 const Setup kTcp = {"tcp", "off", "64K", "16K", false};
 const Setup kSetups[] = {
     {"small ring", "auto", "64K", "16K", false},
+    {"ring smaller than a chunk", "auto", "64K", "96K", false},
     {"default ring", "auto", "", "", false},  // empty: unset
     {"two hosts", "auto", "64K", "16K", true},
 };
