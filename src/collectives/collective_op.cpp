@@ -212,6 +212,18 @@ void CollectiveOp::add_chunks(Mode mode, uint64_t base, uint64_t count,
 
 uint8_t* CollectiveOp::chunk_ptr(uint32_t c) const { return work_ + plan_[c].begin * elem_; }
 
+const uint8_t* CollectiveOp::chunk_data(uint32_t c) const {
+  if (plan_[c].staged) return chunk_ptr(c);
+  return static_cast<const uint8_t*>(spec_.send) + plan_[c].begin * elem_;
+}
+
+void CollectiveOp::stage_input(uint32_t c) {
+  Chunk& ch = plan_[c];
+  if (ch.staged) return;
+  std::memcpy(chunk_ptr(c), chunk_data(c), chunk_bytes_of(c));
+  ch.staged = true;
+}
+
 uint64_t CollectiveOp::chunk_bytes_of(uint32_t c) const {
   return (plan_[c].end - plan_[c].begin) * elem_;
 }
@@ -230,6 +242,14 @@ void CollectiveOp::start(std::vector<ChunkSend>* out) {
       if (direct_) {
         uint8_t* own = work_ + static_cast<uint64_t>(spec_.rank) * block_bytes;
         if (block_bytes > 0) std::memcpy(own, send, block_bytes);
+        break;
+      }
+      if (work_ != send && !spec_.norms) {
+        // The input is copied to the output chunk by chunk, only where this rank combines
+        // into it or holds the result; a chunk it only passes on (a ring step's first
+        // send) goes from the input and later receives the result: one copy of the
+        // buffer saved in part (half of it at n=2).
+        for (Chunk& ch : plan_) ch.staged = false;
         break;
       }
       [[fallthrough]];
@@ -323,6 +343,7 @@ void CollectiveOp::delivered(int src, uint32_t chunk, Stage stage, std::vector<C
   Chunk& ch = plan_[chunk];
   if (stage == Stage::Broadcast || ch.mode == Mode::Route) {
     ch.from_parent = true;
+    ch.staged = true;  // the result arrived in place of this rank's input
     if (ch.mode == Mode::Route && ch.route_to >= 0) {
       out->push_back({ch.route_to, chunk, Stage::Reduce, ch.begin, chunk_ptr(chunk), chunk_bytes_of(chunk)});
     }
@@ -339,6 +360,7 @@ void CollectiveOp::delivered(int src, uint32_t chunk, Stage stage, std::vector<C
   // With norms, the first combine reads this rank's input anyway; the last one, where the
   // reduction ends here and no division follows, writes the result.
   const bool result_here = spec_.norms && ch.reduce->parent(spec_.rank) < 0 && spec_.redop == RedOp::Sum;
+  stage_input(chunk);
   double before = 0;
   double after = 0;
   for (size_t k = 0; k < ch.partials.size(); ++k) {
@@ -360,11 +382,12 @@ void CollectiveOp::reduced(uint32_t c, std::vector<ChunkSend>* out) {
   const Chunk& ch = plan_[c];
   int parent = ch.reduce->parent(spec_.rank);
   if (parent >= 0) {
-    out->push_back({parent, c, Stage::Reduce, ch.begin, chunk_ptr(c), chunk_bytes_of(c)});
+    out->push_back({parent, c, Stage::Reduce, ch.begin, chunk_data(c), chunk_bytes_of(c)});
     // A reduction without a broadcast is this rank's part done once its partial is out.
     if (ch.mode == Mode::Reduce) finalised(c, out);
     return;
   }
+  stage_input(c);
   if (spec_.redop == RedOp::Avg && spec_.kind != OpKind::Barrier) {
     finish_average(spec_.dtype, chunk_ptr(c), chunk_bytes_of(c) / elem_, spec_.size);
   }

@@ -101,6 +101,8 @@ class CollectiveOp {
     // Reduce stages: one partial per reduce child, combined in child order.
     std::vector<ScratchBuffer> partials;
     const uint8_t* in_memory = nullptr;  // the only child's partial, read in place
+    // The work buffer holds this rank's data for the chunk (else it is still in send).
+    bool staged = true;
     std::vector<bool> arrived;
     size_t pending = 0;
     // Route: the neighbour this rank receives the block from and forwards it to.
@@ -115,6 +117,9 @@ class CollectiveOp {
   void add_chunks(Mode mode, uint64_t base, uint64_t count, const std::vector<const Graph*>& reduce,
                   const std::vector<const Graph*>& bcast, int origin);
   uint8_t* chunk_ptr(uint32_t c) const;
+  // This rank's data for chunk c: in the work buffer once staged, else the input.
+  const uint8_t* chunk_data(uint32_t c) const;
+  void stage_input(uint32_t c);
   uint64_t chunk_bytes_of(uint32_t c) const;
   void reduced(uint32_t c, std::vector<ChunkSend>* out);
   void finalised(uint32_t c, std::vector<ChunkSend>* out);
