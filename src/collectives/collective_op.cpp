@@ -244,19 +244,25 @@ void CollectiveOp::start(std::vector<ChunkSend>* out) {
         if (block_bytes > 0) std::memcpy(own, send, block_bytes);
         break;
       }
-      if (work_ != send && !spec_.norms) {
-        // The input is copied to the output chunk by chunk, only where this rank combines
-        // into it or holds the result; a chunk it only passes on (a ring step's first
-        // send) goes from the input and later receives the result: one copy of the
-        // buffer saved in part (half of it at n=2).
-        for (Chunk& ch : plan_) ch.staged = false;
-        break;
-      }
       [[fallthrough]];
     case OpKind::Reduce:
     case OpKind::ReduceScatter: {
-      uint64_t bytes = send_elements(spec_) * elem_;
-      if (bytes > 0 && work_ != send) std::memmove(work_, send, bytes);
+      // The work buffer is as large as the input.
+      const uint64_t bytes = send_elements(spec_) * elem_;
+      if (bytes == 0 || work_ == send) break;
+      const auto s = reinterpret_cast<uintptr_t>(send);
+      const auto w = reinterpret_cast<uintptr_t>(work_);
+      if (spec_.norms || (s < w + bytes && w < s + bytes)) {
+        // The norm tap counts the input as it goes; overlapping buffers must be read
+        // before either is written.
+        std::memmove(work_, send, bytes);
+        break;
+      }
+      // The input is copied to the work buffer chunk by chunk, only where this rank
+      // combines into it or holds the result. A chunk it only passes on (a ring step's
+      // first send, a tree's leaf) goes from the input, and in an allreduce later
+      // receives the result: at n=2 half the copy is saved.
+      for (Chunk& ch : plan_) ch.staged = false;
       break;
     }
     case OpKind::Allgather:

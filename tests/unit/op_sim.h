@@ -58,16 +58,11 @@ enum class Receive {
   InMemory,  // from where it lies (target() told so), as the shared-memory transport does
 };
 
-// Runs one op on n ranks over `s`, delivering messages in FIFO order; in place: each
-// rank's output buffer starts as its input and is passed as both.
-inline Run run(OpKind kind, RedOp op, const std::shared_ptr<const Strategy>& s, int n,
-               const std::vector<std::vector<float>>& in, uint64_t count, bool in_place = false,
-               Receive receive = Receive::Copy) {
-  Run r;
-  r.out.assign(static_cast<size_t>(n), std::vector<float>(count, -1.0f));
-  if (in_place) r.out = in;
-  r.sent.assign(static_cast<size_t>(n), 0);
-  std::vector<std::unique_ptr<CollectiveOp>> ops;
+// Starts the ops (one per rank, in rank order) and delivers every message they send in
+// FIFO order until none is left; counts messages into r and ends with r.done.
+inline void drive(std::vector<std::unique_ptr<CollectiveOp>>& ops, Run& r,
+                  Receive receive = Receive::Copy) {
+  r.sent.assign(ops.size(), 0);
   std::deque<Message> queue;
   auto post = [&](int src, std::vector<ChunkSend>& sends) {
     for (const ChunkSend& c : sends) {
@@ -76,17 +71,10 @@ inline Run run(OpKind kind, RedOp op, const std::shared_ptr<const Strategy>& s, 
     }
     sends.clear();
   };
-  for (int k = 0; k < n; ++k) {
-    const float* send = kind == OpKind::Barrier ? nullptr
-                        : in_place                ? r.out[static_cast<size_t>(k)].data()
-                                                  : in[static_cast<size_t>(k)].data();
-    ops.push_back(std::make_unique<CollectiveOp>(
-        spec_for(kind, op, s, n, k, send, r.out[static_cast<size_t>(k)].data(), count)));
-  }
   std::vector<ChunkSend> sends;
-  for (int k = 0; k < n; ++k) {
-    ops[static_cast<size_t>(k)]->start(&sends);
-    post(k, sends);
+  for (size_t k = 0; k < ops.size(); ++k) {
+    ops[k]->start(&sends);
+    post(static_cast<int>(k), sends);
   }
   while (!queue.empty()) {
     Message m = std::move(queue.front());
@@ -107,6 +95,25 @@ inline Run run(OpKind kind, RedOp op, const std::shared_ptr<const Strategy>& s, 
     post(m.send.dst, sends);
   }
   for (const auto& o : ops) r.done = r.done && o->done();
+}
+
+// Runs one op on n ranks over `s`; in place: each rank's output buffer starts as its input
+// and is passed as both.
+inline Run run(OpKind kind, RedOp op, const std::shared_ptr<const Strategy>& s, int n,
+               const std::vector<std::vector<float>>& in, uint64_t count, bool in_place = false,
+               Receive receive = Receive::Copy) {
+  Run r;
+  r.out.assign(static_cast<size_t>(n), std::vector<float>(count, -1.0f));
+  if (in_place) r.out = in;
+  std::vector<std::unique_ptr<CollectiveOp>> ops;
+  for (int k = 0; k < n; ++k) {
+    const float* send = kind == OpKind::Barrier ? nullptr
+                        : in_place                ? r.out[static_cast<size_t>(k)].data()
+                                                  : in[static_cast<size_t>(k)].data();
+    ops.push_back(std::make_unique<CollectiveOp>(
+        spec_for(kind, op, s, n, k, send, r.out[static_cast<size_t>(k)].data(), count)));
+  }
+  drive(ops, r, receive);
   return r;
 }
 

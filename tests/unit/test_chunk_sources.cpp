@@ -1,6 +1,7 @@
-// Payloads read where they lie (a shared-memory ring) instead of being copied in first:
-// a reduce stage with a single child combines straight from them. The results must be
-// bitwise those of the copying path, for every strategy, reduction and world size.
+// Where a chunk's data is read from. Payloads read where they lie (a shared-memory ring)
+// instead of being copied in first: a reduce stage with a single child combines straight
+// from them. An out-of-place allreduce sends the chunks it only passes on straight from
+// its input. Either way the results must be bitwise those of the copying path.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -12,7 +13,7 @@
 using namespace taiji;
 using namespace taiji_test;
 
-TEST_CASE("in-memory receive: results are bitwise those of copying, on every strategy", "[receive]") {
+TEST_CASE("in-memory receive: results are bitwise those of copying, on every strategy", "[sources]") {
   struct Setup {
     const char* strategy;
     int n;
@@ -45,7 +46,7 @@ TEST_CASE("in-memory receive: results are bitwise those of copying, on every str
   }
 }
 
-TEST_CASE("in-memory receive: a duplicate is refused and a misaligned payload is copied", "[receive]") {
+TEST_CASE("in-memory receive: a duplicate is refused and a misaligned payload is copied", "[sources]") {
   auto s = strategy("ring", 2);
   std::vector<float> in0(1000, 1.0f), in1(1000, 2.0f), out0(1000), out1(1000);
   // 1 KiB chunks: rank 0 reduces two of the four.
@@ -79,4 +80,41 @@ TEST_CASE("in-memory receive: a duplicate is refused and a misaligned payload is
   std::memcpy(shifted.data() + 1, d.data, d.bytes);
   REQUIRE(op0.target(1, d.chunk, d.stage, d.offset, d.bytes, &into, shifted.data() + 1).is_ok());
   CHECK(into != nullptr);
+}
+
+// Out of place, an allreduce copies its input only where it combines into it; the chunks
+// it passes on go straight from the input. The input must stay as it was, and buffers that
+// partly overlap (read before either is written) must give the same result.
+TEST_CASE("allreduce input: left untouched, and overlapping buffers still reduce right", "[sources]") {
+  const uint64_t count = 700001;  // several 1 MiB chunks
+  for (const char* name : {"ring", "tree", "binary_tree"}) {
+    const int n = 4;
+    INFO(name);
+    auto s = strategy(name, n);
+    auto in = random_inputs(n, count, 5);
+    const auto kept = in;
+    Run want = run(OpKind::Allreduce, RedOp::Sum, s, n, in, count, true);
+    Run out_of_place = run(OpKind::Allreduce, RedOp::Sum, s, n, in, count);
+    CHECK(in == kept);
+    // Rank k's output starts k * 1000 elements into its input (k = 0: the same buffer).
+    std::vector<std::vector<float>> shared(static_cast<size_t>(n));
+    std::vector<std::unique_ptr<CollectiveOp>> ops;
+    for (int k = 0; k < n; ++k) {
+      auto& buf = shared[static_cast<size_t>(k)];
+      buf.assign(count + 4000, -1.0f);
+      std::copy(in[static_cast<size_t>(k)].begin(), in[static_cast<size_t>(k)].end(), buf.begin());
+      ops.push_back(std::make_unique<CollectiveOp>(
+          spec_for(OpKind::Allreduce, RedOp::Sum, s, n, k, buf.data(), buf.data() + 1000 * k, count)));
+    }
+    Run overlapped;
+    drive(ops, overlapped);
+    REQUIRE(want.done);
+    REQUIRE(out_of_place.done);
+    REQUIRE(overlapped.done);
+    for (int k = 0; k < n; ++k) {
+      const float* got = shared[static_cast<size_t>(k)].data() + 1000 * k;
+      CHECK(out_of_place.out[static_cast<size_t>(k)] == want.out[static_cast<size_t>(k)]);
+      CHECK(std::memcmp(got, want.out[static_cast<size_t>(k)].data(), count * sizeof(float)) == 0);
+    }
+  }
 }
