@@ -104,6 +104,7 @@ Peer::Peer(const Config& config)
   so.ring_bytes = config_.shm_ring_bytes;
   so.enabled = config_.shm != "off";
   so.link_counters = to.link_counters;
+  so.request_poll = [this] { run_on_loop([this] { shm_->poll(); }); };
   transport_ = std::make_unique<TcpTransport>(&loop_, to, nullptr);
   shm_ = std::make_unique<ShmTransport>(so, transport_.get(), engine_.get());
   transport_->set_handler(shm_.get());
@@ -276,6 +277,7 @@ bool Peer::paced_by_network(uint64_t* bytes) {
 
 bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
   polling_.store(true);
+  shm_->set_polling(true);
   bool alive = true;
   bool paid = false;
   uint64_t deadline = progress_now_ns() + window.ns();
@@ -292,6 +294,7 @@ bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
       alive = false;
       break;
     }
+    shm_->poll();
     if (paced_by_network(bytes)) break;
     uint64_t now = progress_now_ns();
     if (activity() != *seen) {
@@ -305,9 +308,12 @@ bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
     progress_pause();
   }
   if (!paid) window.missed();
-  // Posters that saw polling_ set skipped the eventfd: their work is in the inbox now.
+  // Posters that saw polling_ set skipped the eventfd: their work is in the inbox now;
+  // senders that saw the mailbox polled rang no doorbell: their frames are in it.
+  shm_->set_polling(false);
   polling_.store(false);
   drain_inbox();
+  shm_->poll();
   return alive;
 }
 
@@ -353,6 +359,7 @@ bool Peer::drive(const std::atomic<bool>& done, uint64_t window_ns, uint64_t har
     if (inbox_nonempty_.load(std::memory_order_relaxed)) drain_inbox();
     if (done.load(std::memory_order_acquire)) break;
     if (uv_run(&loop_, UV_RUN_NOWAIT) == 0) return true;
+    shm_->poll();
     if (done.load(std::memory_order_acquire) || paced_by_network(&bytes)) break;
     const uint64_t now = progress_now_ns();
     if (activity() != seen) {

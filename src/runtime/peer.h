@@ -131,7 +131,9 @@ class Peer : private LoopBaton::Driver {
   // *bytes (which it advances).
   bool paced_by_network(uint64_t* bytes);
   // I/O thread: changes whenever traffic arrives or work was posted.
-  uint64_t activity() const { return transport_->read_events() + drained_; }
+  uint64_t activity() const {
+    return transport_->read_events() + drained_ + shm_->mail_delivered();
+  }
   void set_error(const Status& s);
   enum class CloseMode {
     Finalize,  // wait (up to the op timeout) for in-flight ops, then close with Bye

@@ -56,6 +56,7 @@ const char* type_name(MsgType t) {
     case MsgType::ShmOffer: return "ShmOffer";
     case MsgType::ShmReply: return "ShmReply";
     case MsgType::ShmData: return "ShmData";
+    case MsgType::ShmBell: return "ShmBell";
   }
   return "?";
 }

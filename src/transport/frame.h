@@ -34,8 +34,9 @@ enum class MsgType : uint8_t {
   ShmOffer = 9,   // a shared-memory ring for this direction (payload: transport/shm_ring.h)
   ShmReply = 10,  // answer to a ShmOffer: chunk = 1 when mapped, 0 when declined
   ShmData = 11,   // a Data frame whose payload is in the ring (payload: where)
+  ShmBell = 12,   // frames wait in the shared-memory mailbox (no payload)
 };
-constexpr uint8_t kMaxMsgType = 11;
+constexpr uint8_t kMaxMsgType = 12;
 
 enum class OpKind : uint8_t {
   None = 0,

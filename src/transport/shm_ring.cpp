@@ -10,6 +10,8 @@
 #include <cstring>
 #include <random>
 
+#include "transport/frame.h"
+
 namespace taiji {
 
 namespace {
@@ -22,10 +24,24 @@ constexpr size_t kNonceAt = 8;
 constexpr size_t kCapacityAt = 16;
 constexpr size_t kConsumedAt = 64;
 constexpr size_t kCreditAt = 128;
+constexpr size_t kMailTailAt = 192;
+constexpr size_t kMailHeadAt = 256;
+constexpr size_t kPollingAt = 320;
+// Record kinds.
+constexpr uint32_t kRecordFrame = 0;
+constexpr uint32_t kRecordSkip = 1;
 // What /proc/<pid>/fd/<fd> of a ring points to; anything else is never opened.
 constexpr const char* kMemfdName = "taiji-ring";
 constexpr const char* kMemfdLink = "/memfd:taiji-ring ";
 
+void put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t get32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
 void put64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
@@ -97,7 +113,21 @@ void ShmSegment::close_fd() {
   fd_ = -1;
 }
 
-uint8_t* ShmSegment::data() const { return base_ + kHeaderPage; }
+uint8_t* ShmSegment::data() const { return base_ + kHeaderPage + kShmMailboxBytes; }
+
+uint8_t* ShmSegment::mailbox() const { return base_ + kHeaderPage; }
+
+std::atomic<uint64_t>& ShmSegment::mail_tail() const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(base_ + kMailTailAt);
+}
+
+std::atomic<uint64_t>& ShmSegment::mail_head() const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(base_ + kMailHeadAt);
+}
+
+std::atomic<uint32_t>& ShmSegment::reader_polling() const {
+  return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + kPollingAt);
+}
 
 std::atomic<uint64_t>& ShmSegment::consumed() const {
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -116,7 +146,7 @@ Result<ShmSegment> ShmSegment::create(uint64_t capacity) {
   ShmSegment seg;
   seg.fd_ = memfd_create(kMemfdName, MFD_CLOEXEC);
   if (seg.fd_ < 0) return sys_error("memfd_create");
-  seg.mapped_bytes_ = kHeaderPage + capacity;
+  seg.mapped_bytes_ = kHeaderPage + kShmMailboxBytes + capacity;
   const auto bytes = static_cast<off_t>(seg.mapped_bytes_);
   if (ftruncate(seg.fd_, bytes) != 0) return sys_error("ftruncate");
   // Reserving the pages now turns a full memory cgroup into an error here, not a SIGBUS
@@ -136,6 +166,9 @@ Result<ShmSegment> ShmSegment::create(uint64_t capacity) {
   put64(seg.base_ + kCapacityAt, capacity);
   new (seg.base_ + kConsumedAt) std::atomic<uint64_t>(0);
   new (seg.base_ + kCreditAt) std::atomic<uint32_t>(0);
+  new (seg.base_ + kMailTailAt) std::atomic<uint64_t>(0);
+  new (seg.base_ + kMailHeadAt) std::atomic<uint64_t>(0);
+  new (seg.base_ + kPollingAt) std::atomic<uint32_t>(0);
   return seg;
 }
 
@@ -155,7 +188,7 @@ Result<ShmSegment> ShmSegment::open(const ShmSegmentInfo& info) {
   ShmSegment seg;
   seg.fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (seg.fd_ < 0) return sys_error("cannot open " + path);
-  seg.mapped_bytes_ = kHeaderPage + info.capacity;
+  seg.mapped_bytes_ = kHeaderPage + kShmMailboxBytes + info.capacity;
   struct stat st {};
   if (fstat(seg.fd_, &st) != 0) return sys_error("fstat " + path);
   if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != seg.mapped_bytes_) {
@@ -234,6 +267,96 @@ bool ShmConsumer::release(const ShmDescriptor& d) {
   seg_.consumed().store(next_, std::memory_order_seq_cst);
   return seg_.credit_wanted().load(std::memory_order_seq_cst) != 0 &&
          seg_.credit_wanted().exchange(0, std::memory_order_seq_cst) != 0;
+}
+
+namespace {
+
+uint64_t record_span(uint64_t len) { return (len + kShmRecordAlign - 1) / kShmRecordAlign * kShmRecordAlign; }
+
+}  // namespace
+
+bool ShmProducer::post(uint64_t tcp_before, const uint8_t* header, const std::string& name,
+                       const uint8_t* payload, uint64_t payload_len) {
+  const uint64_t len = kShmRecordHeader + kHeaderSize + name.size() + payload_len;
+  if (len > kShmMaxRecord) return false;
+  const uint64_t head = seg_.mail_head().load(std::memory_order_acquire);
+  // A reader that claims more than was written is broken; stop writing to it.
+  if (head > mail_tail_) return false;
+  const uint64_t span = record_span(len);
+  const uint64_t off = mail_tail_ % kShmMailboxBytes;
+  const uint64_t skip = off + span > kShmMailboxBytes ? kShmMailboxBytes - off : 0;
+  if (mail_tail_ + skip + span - head > kShmMailboxBytes) return false;
+  uint8_t* box = seg_.mailbox();
+  if (skip != 0) {
+    put32(box + off, static_cast<uint32_t>(skip));
+    put32(box + off + 4, kRecordSkip);
+  }
+  uint8_t* rec = box + (mail_tail_ + skip) % kShmMailboxBytes;
+  put32(rec, static_cast<uint32_t>(len));
+  put32(rec + 4, kRecordFrame);
+  put64(rec + 8, tcp_before);
+  std::memcpy(rec + kShmRecordHeader, header, kHeaderSize);
+  std::memcpy(rec + kShmRecordHeader + kHeaderSize, name.data(), name.size());
+  if (payload_len != 0) {
+    std::memcpy(rec + kShmRecordHeader + kHeaderSize + name.size(), payload, payload_len);
+  }
+  mail_tail_ += skip + span;
+  seg_.mail_tail().store(mail_tail_, std::memory_order_seq_cst);
+  return true;
+}
+
+bool ShmProducer::reader_polls() const {
+  return seg_.reader_polling().load(std::memory_order_seq_cst) != 0;
+}
+
+Status ShmConsumer::peek(ShmRecord* rec) {
+  *rec = {};
+  // Sequentially consistent: see set_polling.
+  const uint64_t tail = seg_.mail_tail().load(std::memory_order_seq_cst);
+  for (;;) {
+    if (tail == mail_head_) return {};
+    if (tail < mail_head_ || tail - mail_head_ > kShmMailboxBytes || tail % kShmRecordAlign != 0) {
+      return {Code::Protocol, "mailbox end " + std::to_string(tail) + " impossible after " +
+                                  std::to_string(mail_head_)};
+    }
+    const uint8_t* at = seg_.mailbox() + mail_head_ % kShmMailboxBytes;
+    const uint64_t room = kShmMailboxBytes - mail_head_ % kShmMailboxBytes;  // to the lap's end
+    const uint64_t len = get32(at);
+    const uint32_t kind = get32(at + 4);
+    if (kind == kRecordSkip) {
+      if (len != room || mail_head_ + len > tail) {
+        return {Code::Protocol, "mailbox skip of " + std::to_string(len) + " bytes where " +
+                                    std::to_string(room) + " remain"};
+      }
+      mail_head_ += len;
+      mail_next_ = mail_head_;
+      seg_.mail_head().store(mail_head_, std::memory_order_release);
+      continue;
+    }
+    if (kind != kRecordFrame || len < kShmRecordHeader + kHeaderSize || len > kShmMaxRecord ||
+        record_span(len) > room || mail_head_ + record_span(len) > tail) {
+      return {Code::Protocol, "malformed mailbox record (kind " + std::to_string(kind) + ", " +
+                                  std::to_string(len) + " bytes)"};
+    }
+    rec->tcp_before = get64(at + 8);
+    rec->frame = at + kShmRecordHeader;
+    rec->frame_len = len - kShmRecordHeader;
+    mail_next_ = mail_head_ + record_span(len);
+    return {};
+  }
+}
+
+void ShmConsumer::pop() {
+  mail_head_ = mail_next_;
+  seg_.mail_head().store(mail_head_, std::memory_order_release);
+}
+
+bool ShmConsumer::has_mail() const {
+  return seg_.mail_tail().load(std::memory_order_acquire) != mail_head_;
+}
+
+void ShmConsumer::set_polling(bool on) {
+  seg_.reader_polling().store(on ? 1 : 0, std::memory_order_seq_cst);
 }
 
 }  // namespace taiji

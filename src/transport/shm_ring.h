@@ -12,6 +12,12 @@
 // fixed by the previous one and its length, and the receiver checks every position it is
 // told against them (a peer's frame is never trusted).
 //
+// Each segment also holds a mailbox: a second, small ring of whole frames (header, name,
+// payload), each tagged with how many frames the sender had sent over TCP before it. A
+// receiver that polls reads them without any system call, so small frames between peers
+// on one host need no TCP at all while both sides are busy; the tag keeps one ordered
+// stream across TCP and the mailbox (shm_transport.h).
+//
 // The segment is a memfd: it has no name in /dev/shm, so a crash leaves nothing behind.
 // The receiver opens it through /proc/<pid>/fd/<fd> while the sender still holds it open,
 // and checks its size and a random nonce written in its header.
@@ -50,7 +56,24 @@ ShmDescriptor decode_descriptor(const uint8_t in[kShmDescriptorBytes]);
 constexpr uint64_t kShmMinRingBytes = 64 << 10;
 constexpr uint64_t kShmMaxRingBytes = 1ull << 34;
 
-// A mapped segment: header page, then capacity ring bytes. Move-only; unmaps on destruction.
+// The mailbox's size, and the largest record it takes (larger frames go over TCP).
+constexpr uint64_t kShmMailboxBytes = 64 << 10;
+constexpr uint64_t kShmMaxRecord = 8 << 10;
+// A record: u32 length (of the whole record), u32 kind, u64 TCP frames sent before it,
+// then the frame. Records start on 64-byte boundaries and never wrap; a "skip" record
+// sends the reader to the start of the next lap.
+constexpr uint64_t kShmRecordHeader = 16;
+constexpr uint64_t kShmRecordAlign = 64;
+
+// One frame found in a mailbox. `frame` points into shared memory: the writer may change
+// it at any time, so the reader copies what it checks.
+struct ShmRecord {
+  uint64_t tcp_before = 0;
+  const uint8_t* frame = nullptr;  // nullptr: no record published
+  uint64_t frame_len = 0;
+};
+
+// A mapped segment: header page, the mailbox, then capacity ring bytes. Move-only; unmaps on destruction.
 class ShmSegment {
  public:
   ShmSegment() = default;
@@ -74,6 +97,13 @@ class ShmSegment {
   std::atomic<uint64_t>& consumed() const;
   // Set by a producer that found the ring full: the consumer owes it a wake-up.
   std::atomic<uint32_t>& credit_wanted() const;
+  uint8_t* mailbox() const;
+  // Mailbox positions (only grow; position p lives at byte p % kShmMailboxBytes): the
+  // writer's end of what it published, and the reader's end of what it consumed.
+  std::atomic<uint64_t>& mail_tail() const;
+  std::atomic<uint64_t>& mail_head() const;
+  // Set by the reader while it polls the mailbox: the writer then rings no doorbell.
+  std::atomic<uint32_t>& reader_polling() const;
 
  private:
   void reset();
@@ -98,9 +128,18 @@ class ShmProducer {
   // the ring's first byte), so waiting for room is safe; larger ones never fit.
   uint64_t max_waiting_payload() const { return seg_.capacity(); }
 
+  // Appends one mailbox record holding a frame (its encoded header, name and payload);
+  // false, with nothing written, when it does not fit now.
+  bool post(uint64_t tcp_before, const uint8_t* header, const std::string& name,
+            const uint8_t* payload, uint64_t payload_len);
+  // After a post: whether the reader promised to look without a doorbell. Sequentially
+  // consistent with the post's publication (see ShmConsumer::set_polling).
+  bool reader_polls() const;
+
  private:
   ShmSegment seg_;
   uint64_t next_ = 0;
+  uint64_t mail_tail_ = 0;
   // Where the current lap was started over on an empty ring: the skipped bytes before it
   // were never written, so they count as consumed.
   uint64_t restarted_at_ = 0;
@@ -117,9 +156,22 @@ class ShmConsumer {
   // producer asked to be told (it is waiting for room).
   bool release(const ShmDescriptor& d);
 
+  // The oldest unread mailbox record, or rec->frame == nullptr when there is none. An
+  // error names what is malformed; the mailbox is then unusable.
+  Status peek(ShmRecord* rec);
+  // Hands the record peek returned back to the writer.
+  void pop();
+  // Whether the writer has published anything not yet popped.
+  bool has_mail() const;
+  // Promises (or stops promising) to poll. Turning it off is sequentially consistent with
+  // the writer's reader_polls(): a reader that peeks once more afterwards misses nothing.
+  void set_polling(bool on);
+
  private:
   ShmSegment seg_;
   uint64_t next_ = 0;
+  uint64_t mail_head_ = 0;
+  uint64_t mail_next_ = 0;  // past the record peek returned
 };
 
 // Where a payload of len bytes goes when the previous one ended at `end` and the ring is

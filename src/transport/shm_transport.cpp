@@ -27,10 +27,11 @@ ShmTransport::ShmTransport(ShmOptions options, Transport* inner, ReceiveHandler*
 ShmTransport::~ShmTransport() {
   for (int r = 0; r < opt_.size; ++r) {
     const Link& link = links_[r];
-    if (link.ring_frames + link.tcp_frames == 0) continue;
+    if (link.ring_frames + link.tcp_frames + link.mail_frames == 0) continue;
     log().debug("to rank {}: {} payloads through the shared-memory ring ({} waits for room), "
-                "{} too large for its free room over TCP",
-                r, link.ring_frames, link.waits, link.tcp_frames);
+                "{} too large for its free room over TCP; {} frames through the mailbox "
+                "({} doorbells)",
+                r, link.ring_frames, link.waits, link.tcp_frames, link.mail_frames, link.bells);
   }
 }
 
@@ -50,7 +51,7 @@ void ShmTransport::start(const std::vector<int>& host_of) {
     offer.owned.resize(kShmOfferBytes);
     encode_offer(seg.value().info(), offer.owned.data());
     links_[r].out = std::make_unique<ShmProducer>(std::move(seg.value()));
-    inner_->send(r, std::move(offer));
+    to_tcp(r, std::move(offer));
   }
 }
 
@@ -89,8 +90,39 @@ bool ShmTransport::try_send(int dst, OutMessage& msg) {
       link.tcp_frames++;
     }
   }
-  inner_->send(dst, std::move(msg));
+  emit(dst, std::move(msg));
   return true;
+}
+
+void ShmTransport::emit(int dst, OutMessage msg) {
+  if (!active_to(dst)) return to_tcp(dst, std::move(msg));
+  Link& link = links_[dst];
+  FrameHeader h = msg.header;
+  h.src_rank = static_cast<uint32_t>(opt_.rank);
+  h.cluster_version = opt_.limits.cluster_version;
+  h.name_len = static_cast<uint16_t>(msg.name.size());
+  h.payload_len = msg.payload_size();
+  uint8_t header[kHeaderSize];
+  encode_header(h, header);
+  if (!link.out->post(link.tcp_sent, header, msg.name, msg.payload_data(), h.payload_len)) {
+    return to_tcp(dst, std::move(msg));
+  }
+  link.mail_frames++;
+  if (opt_.link_counters != nullptr) {
+    opt_.link_counters[dst].add_sent(kHeaderSize + h.name_len + h.payload_len);
+  }
+  if (msg.on_sent) inner_->defer([cb = std::move(msg.on_sent)] { cb({}); });
+  if (link.out->reader_polls()) return;
+  OutMessage bell;
+  bell.header.type = MsgType::ShmBell;
+  bell.name = kShmFrameName;
+  link.bells++;
+  to_tcp(dst, std::move(bell));
+}
+
+void ShmTransport::to_tcp(int dst, OutMessage msg) {
+  if (dst >= 0 && dst < opt_.size) links_[dst].tcp_sent++;
+  inner_->send(dst, std::move(msg));
 }
 
 void ShmTransport::on_credit(int dst) {
@@ -109,7 +141,7 @@ void ShmTransport::flush_waiting(int dst) {
   std::deque<OutMessage> waiting = std::move(link.waiting);
   link.waiting.clear();
   link.waiting_bytes = 0;
-  for (OutMessage& msg : waiting) inner_->send(dst, std::move(msg));
+  for (OutMessage& msg : waiting) to_tcp(dst, std::move(msg));
 }
 
 uint64_t ShmTransport::queued_bytes(int dst) const {
@@ -135,8 +167,116 @@ void ShmTransport::close_now(std::function<void()> on_closed) {
   }
 }
 
+void ShmTransport::pause_reading(int src) {
+  Link& link = links_[src];
+  link.paused = true;
+  if (link.in != nullptr) link.in->set_polling(false);
+  inner_->pause_reading(src);
+}
+
+void ShmTransport::resume_reading(int src) {
+  Link& link = links_[src];
+  link.paused = false;
+  inner_->resume_reading(src);
+  if (link.in == nullptr || link.down) return;
+  link.in->set_polling(polling_);
+  // Mail that came while paused has no doorbell coming: have the loop look.
+  if (link.in->has_mail() && opt_.request_poll) opt_.request_poll();
+}
+
+void ShmTransport::set_polling(bool on) {
+  polling_ = on;
+  for (Link& link : links_) {
+    if (link.in != nullptr && !link.down) link.in->set_polling(on && !link.paused);
+  }
+}
+
+bool ShmTransport::poll() {
+  const uint64_t before = mail_delivered_;
+  for (int r = 0; r < opt_.size; ++r) {
+    const Link& link = links_[r];
+    if (link.in == nullptr || link.down || link.paused) continue;
+    if (Status s = deliver_mail(r, false); !s.is_ok()) inner_->drop(r, s);
+  }
+  return mail_delivered_ != before;
+}
+
+Status ShmTransport::deliver_mail(int src, bool any_time) {
+  Link& link = links_[src];
+  if (link.in == nullptr) return {};
+  while (!link.down && (any_time || !link.paused)) {
+    ShmRecord rec;
+    if (Status s = link.in->peek(&rec); !s.is_ok()) return protocol(src, s.message());
+    if (rec.frame == nullptr || rec.tcp_before > link.tcp_done) return {};
+    if (rec.tcp_before < link.tcp_done) {
+      return protocol(src, "mailbox frame after " + std::to_string(rec.tcp_before) +
+                               " TCP frames arrived after " + std::to_string(link.tcp_done));
+    }
+    Status s = deliver_record(src, rec);
+    // After frame_done: the handler may read the payload in the mailbox until then.
+    link.in->pop();
+    if (!s.is_ok()) return s;
+  }
+  return {};
+}
+
+Status ShmTransport::deliver_record(int src, const ShmRecord& rec) {
+  // The writer may still change the record: decide everything on a private copy.
+  uint8_t raw[kHeaderSize];
+  std::memcpy(raw, rec.frame, kHeaderSize);
+  FrameHeader h;
+  if (Status s = decode_header(raw, opt_.limits, &h); !s.is_ok()) {
+    return protocol(src, "mailbox: " + s.message());
+  }
+  if (static_cast<int>(h.src_rank) != src) {
+    return protocol(src, "mailbox frame claims rank " + std::to_string(h.src_rank));
+  }
+  switch (h.type) {
+    case MsgType::Ready: case MsgType::Data: case MsgType::Abort: case MsgType::Query:
+    case MsgType::Answer: case MsgType::ShmReply: case MsgType::ShmData:
+      break;
+    default:
+      return protocol(src, "frame of type " + std::to_string(static_cast<int>(h.type)) +
+                               " in the mailbox");
+  }
+  if (kHeaderSize + h.name_len + h.payload_len != rec.frame_len) {
+    return protocol(src, "mailbox record of " + std::to_string(rec.frame_len) +
+                             " bytes holds a frame of " +
+                             std::to_string(kHeaderSize + h.name_len + h.payload_len));
+  }
+  const std::string name(reinterpret_cast<const char*>(rec.frame + kHeaderSize), h.name_len);
+  const uint8_t* payload = rec.frame + kHeaderSize + h.name_len;
+  uint8_t* target = nullptr;
+  if (Status s = dispatch_accept(src, h, name, payload, &target); !s.is_ok()) return s;
+  if (target != nullptr && h.payload_len != 0) std::memcpy(target, payload, h.payload_len);
+  if (opt_.link_counters != nullptr) opt_.link_counters[src].add_received(rec.frame_len);
+  ++mail_delivered_;
+  dispatch_done(src, h, name);
+  return {};
+}
+
 Status ShmTransport::accept_frame(int src, const FrameHeader& h, const std::string& name,
                                   const uint8_t* in_memory, uint8_t** target) {
+  // Mail sent before this frame goes first, even to a paused handler: order comes first,
+  // and a mailbox holds little.
+  if (Status s = deliver_mail(src, true); !s.is_ok()) return s;
+  if (links_[src].down) {
+    *target = nullptr;
+    return {};
+  }
+  return dispatch_accept(src, h, name, in_memory, target);
+}
+
+void ShmTransport::frame_done(int src, const FrameHeader& h, const std::string& name) {
+  Link& link = links_[src];
+  link.tcp_done++;
+  if (link.down) return;
+  dispatch_done(src, h, name);
+  if (Status s = deliver_mail(src, false); !s.is_ok()) inner_->drop(src, s);
+}
+
+Status ShmTransport::dispatch_accept(int src, const FrameHeader& h, const std::string& name,
+                                     const uint8_t* in_memory, uint8_t** target) {
   Link& link = links_[src];
   switch (h.type) {
     case MsgType::ShmOffer:
@@ -162,22 +302,34 @@ Status ShmTransport::accept_frame(int src, const FrameHeader& h, const std::stri
       if (link.in == nullptr) return protocol(src, "ShmData without a shared-memory ring");
       *target = link.rx;
       return {};
+    case MsgType::ShmBell:
+      if (h.payload_len != 0) return protocol(src, "ShmBell with a payload");
+      if (link.in == nullptr) return protocol(src, "ShmBell without a mailbox");
+      *target = nullptr;  // frame_done delivers the mail
+      return {};
     default:
       return handler_->accept_frame(src, h, name, in_memory, target);
   }
 }
 
-void ShmTransport::frame_done(int src, const FrameHeader& h, const std::string& name) {
+void ShmTransport::dispatch_done(int src, const FrameHeader& h, const std::string& name) {
   switch (h.type) {
     case MsgType::ShmOffer: return on_offer(src, name);
     case MsgType::ShmReply: return on_reply(src, h);
     case MsgType::ShmData: return on_data(src, h, name);
+    case MsgType::ShmBell: return;
     default: return handler_->frame_done(src, h, name);
   }
 }
 
 void ShmTransport::link_down(int src, bool graceful, const Status& why) {
-  links_[src].out_active = false;
+  Link& link = links_[src];
+  // Everything sent before the Bye is in: deliver the mail among it.
+  if (graceful && !link.down) {
+    if (Status s = deliver_mail(src, true); !s.is_ok()) log().warn("{}", s.message());
+  }
+  link.down = true;
+  link.out_active = false;
   handler_->link_down(src, graceful, why);
   // TCP reports each waiting frame as not sent.
   flush_waiting(src);
@@ -193,6 +345,7 @@ void ShmTransport::on_offer(int src, const std::string&) {
     auto seg = ShmSegment::open(decode_offer(link.rx));
     if (seg.is_ok()) {
       link.in = std::make_unique<ShmConsumer>(std::move(seg.value()));
+      link.in->set_polling(polling_ && !link.paused);
       reply.header.chunk = 1;
       log().debug("rank {} sends through shared memory", src);
     } else {
@@ -200,7 +353,7 @@ void ShmTransport::on_offer(int src, const std::string&) {
                  seg.status().message());
     }
   }
-  inner_->send(src, std::move(reply));
+  to_tcp(src, std::move(reply));
 }
 
 void ShmTransport::on_reply(int src, const FrameHeader& h) {
@@ -247,7 +400,7 @@ void ShmTransport::on_data(int src, const FrameHeader& h, const std::string& nam
     credit.header.type = MsgType::ShmReply;
     credit.header.chunk = kCredit;
     credit.name = kShmFrameName;
-    inner_->send(src, std::move(credit));
+    emit(src, std::move(credit));
   }
 }
 

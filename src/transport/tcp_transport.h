@@ -56,6 +56,7 @@ class TcpTransport final : public Transport {
   void drop(int rank, const Status& why) override;
   void shutdown(std::function<void()> on_closed) override;
   void close_now(std::function<void()> on_closed) override;
+  void defer(std::function<void()> fn) override;
   // Between cork() and uncork() (they nest) frames to a peer are held, then leave in one
   // write per peer: an op's Ready and Data frames cost one syscall, not two.
   void cork();
@@ -91,7 +92,6 @@ class TcpTransport final : public Transport {
   void flush_corked();
   void check_ready();
   void finish_ready(const Status& s);
-  void defer(std::function<void()> fn);
   void run_deferred();
   void maybe_closed();
 

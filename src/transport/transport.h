@@ -61,6 +61,8 @@ class Transport {
   virtual void shutdown(std::function<void()> on_closed) = 0;
   // Closes every connection at once, cancelling queued writes.
   virtual void close_now(std::function<void()> on_closed) = 0;
+  // Runs fn on the loop soon, never inside the caller (on_sent callbacks go this way).
+  virtual void defer(std::function<void()> fn) = 0;
 };
 
 }  // namespace taiji

@@ -7,6 +7,8 @@
 //   payloads (a chunk's tail, the broadcast and allgather blocks) through the ring, in
 //   one ordered stream;
 //   the default ring and chunk size (four 1 MiB chunks);
+//   progress without polling (TAIJI_PROGRESS=blocking): no peer ever promises to poll
+//   its mailboxes, so every frame in them comes with a doorbell over TCP;
 //   two hosts (listen address by rank parity): shared memory within each, TCP between.
 // Allreduce outputs are checked against the serial reference on one rank per case and, on
 // every rank, bitwise against the TCP run's output.
@@ -33,6 +35,7 @@ struct Setup {
   const char* ring;
   const char* chunk;
   bool two_hosts;
+  const char* progress = "";  // empty: unset (adaptive, polling mailboxes)
 };
 
 // Inputs are exact (tests/multipeer/common.h), so every chunk size gives the same bits.
@@ -41,6 +44,7 @@ const Setup kSetups[] = {
     {"small ring", "auto", "64K", "16K", false},
     {"ring smaller than a chunk", "auto", "64K", "96K", false},
     {"default ring", "auto", "", "", false},  // empty: unset
+    {"doorbells", "auto", "64K", "16K", false, "blocking"},
     {"two hosts", "auto", "64K", "16K", true},
 };
 
@@ -80,6 +84,7 @@ void run(int n, const Setup& setup, Digests* digests) {
   EnvOverride shm("TAIJI_SHM", setup.shm);
   EnvOverride ring("TAIJI_SHM_RING_BYTES", setup.ring);
   EnvOverride chunk("TAIJI_CHUNK_BYTES", setup.chunk);
+  EnvOverride progress("TAIJI_PROGRESS", setup.progress);
   const std::vector<Case> cases = plan();
   Failures failures;
   std::mutex mu;

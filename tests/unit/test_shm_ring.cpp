@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "transport/frame.h"
 #include "transport/shm_ring.h"
 
@@ -317,4 +319,179 @@ TEST_CASE("shm ring owes a credit exactly to a producer that found it full", "[s
   REQUIRE(p.producer->push(half.data(), 1, &c));
   CHECK(c.position == 3 * (kCap / 2));
   CHECK(p.producer->max_waiting_payload() == kCap);
+}
+
+namespace {
+
+// A frame as the transport writes it into a mailbox: encoded header, name, payload.
+struct MailFrame {
+  uint8_t header[kHeaderSize];
+  std::string name;
+  std::vector<uint8_t> payload;
+};
+
+MailFrame mail_frame(uint64_t payload_len, uint8_t seed) {
+  MailFrame f;
+  FrameHeader h;
+  h.type = MsgType::Data;
+  h.op_kind = OpKind::Broadcast;
+  h.dtype = static_cast<uint8_t>(DType::U8);
+  h.chunk = seed;
+  f.name = "mail/" + std::to_string(seed);
+  f.payload = pattern(payload_len, seed);
+  h.name_len = static_cast<uint16_t>(f.name.size());
+  h.payload_len = payload_len;
+  encode_header(h, f.header);
+  return f;
+}
+
+bool post(ShmProducer& producer, uint64_t tcp_before, const MailFrame& f) {
+  return producer.post(tcp_before, f.header, f.name, f.payload.data(), f.payload.size());
+}
+
+// Checks that rec holds exactly f.
+void check_record(const ShmRecord& rec, uint64_t tcp_before, const MailFrame& f) {
+  REQUIRE(rec.frame != nullptr);
+  CHECK(rec.tcp_before == tcp_before);
+  REQUIRE(rec.frame_len == kHeaderSize + f.name.size() + f.payload.size());
+  CHECK(std::memcmp(rec.frame, f.header, kHeaderSize) == 0);
+  CHECK(std::memcmp(rec.frame + kHeaderSize, f.name.data(), f.name.size()) == 0);
+  CHECK(std::memcmp(rec.frame + kHeaderSize + f.name.size(), f.payload.data(), f.payload.size()) == 0);
+}
+
+// The record header the producer writes (shm_ring.h): u32 length, u32 kind, u64 tag.
+void put_record(uint8_t* at, uint32_t len, uint32_t kind, uint64_t tcp_before) {
+  for (int i = 0; i < 4; ++i) at[i] = static_cast<uint8_t>(len >> (8 * i));
+  for (int i = 0; i < 4; ++i) at[4 + i] = static_cast<uint8_t>(kind >> (8 * i));
+  for (int i = 0; i < 8; ++i) at[8 + i] = static_cast<uint8_t>(tcp_before >> (8 * i));
+}
+
+}  // namespace
+
+TEST_CASE("shm mailbox carries frames in order through many laps", "[shm]") {
+  Pair p = make_pair();
+  // Record sizes that do not divide the mailbox, so laps end in skips at varying places;
+  // the consumer lags up to three records behind.
+  const uint64_t payloads[] = {0, 4, 100, 3000, 7000, 64, 1, 5000};
+  std::vector<std::pair<uint64_t, MailFrame>> in_flight;
+  uint64_t sent = 0, received = 0;
+  auto take_one = [&] {
+    ShmRecord rec;
+    REQUIRE(p.consumer->peek(&rec).is_ok());
+    REQUIRE(!in_flight.empty());
+    check_record(rec, in_flight.front().first, in_flight.front().second);
+    p.consumer->pop();
+    in_flight.erase(in_flight.begin());
+    received++;
+  };
+  for (int i = 0; i < 400; ++i) {
+    const MailFrame f = mail_frame(payloads[i % 8], static_cast<uint8_t>(i));
+    const uint64_t tag = 1000 + static_cast<uint64_t>(i) / 3;
+    REQUIRE(post(*p.producer, tag, f));
+    in_flight.emplace_back(tag, f);
+    sent++;
+    CHECK(p.consumer->has_mail());
+    if (in_flight.size() > 3) take_one();
+  }
+  while (!in_flight.empty()) take_one();
+  ShmRecord none;
+  REQUIRE(p.consumer->peek(&none).is_ok());
+  CHECK(none.frame == nullptr);
+  CHECK_FALSE(p.consumer->has_mail());
+  CHECK(received == sent);
+  // 400 records averaging over 2 KiB went through a 64 KiB mailbox: many laps.
+  CHECK(p.producer->segment().mail_tail().load() > 10 * kShmMailboxBytes);
+}
+
+TEST_CASE("shm mailbox refuses a record that does not fit, and takes it after a pop", "[shm]") {
+  Pair p = make_pair();
+  const MailFrame big = mail_frame(kShmMaxRecord - kShmRecordHeader - kHeaderSize - 8, 1);
+  REQUIRE(big.name.size() == 6);
+  // Records of exactly kShmMaxRecord bytes: eight fill the mailbox.
+  const MailFrame full = mail_frame(kShmMaxRecord - kShmRecordHeader - kHeaderSize - 6, 2);
+  for (int i = 0; i < 8; ++i) REQUIRE(post(*p.producer, 0, full));
+  const uint64_t tail = p.producer->segment().mail_tail().load();
+  CHECK(tail == kShmMailboxBytes);
+  CHECK_FALSE(post(*p.producer, 0, mail_frame(0, 3)));
+  CHECK(p.producer->segment().mail_tail().load() == tail);  // nothing written
+  ShmRecord rec;
+  REQUIRE(p.consumer->peek(&rec).is_ok());
+  check_record(rec, 0, full);
+  p.consumer->pop();
+  CHECK(post(*p.producer, 5, big));
+  // Larger than a record may be: never taken, whatever the room.
+  Pair q = make_pair();
+  CHECK_FALSE(post(*q.producer, 0, mail_frame(kShmMaxRecord, 4)));
+  CHECK_FALSE(q.consumer->has_mail());
+}
+
+TEST_CASE("shm mailbox: the reader's polling promise is seen by the writer", "[shm]") {
+  Pair p = make_pair();
+  CHECK_FALSE(p.producer->reader_polls());
+  p.consumer->set_polling(true);
+  CHECK(p.producer->reader_polls());
+  p.consumer->set_polling(false);
+  CHECK_FALSE(p.producer->reader_polls());
+}
+
+TEST_CASE("shm mailbox reader refuses every malformed record", "[shm]") {
+  struct Fault {
+    std::string what;
+    std::function<void(ShmSegment& seg)> write;  // publishes something wrong
+    std::string says;
+  };
+  auto publish = [](ShmSegment& seg, uint64_t tail) { seg.mail_tail().store(tail); };
+  const std::vector<Fault> faults = {
+      {"end not on a record boundary", [&](ShmSegment& s) { publish(s, 100); }, "mailbox end 100"},
+      {"end past a whole mailbox", [&](ShmSegment& s) { publish(s, kShmMailboxBytes + 64); },
+       "mailbox end " + std::to_string(kShmMailboxBytes + 64)},
+      {"unknown kind", [&](ShmSegment& s) { put_record(s.mailbox(), 128, 7, 0); publish(s, 128); },
+       "kind 7"},
+      {"shorter than a frame header", [&](ShmSegment& s) { put_record(s.mailbox(), 40, 0, 0); publish(s, 64); },
+       "40 bytes"},
+      {"longer than a record may be",
+       [&](ShmSegment& s) { put_record(s.mailbox(), kShmMaxRecord + 64, 0, 0); publish(s, 2 * kShmMaxRecord); },
+       std::to_string(kShmMaxRecord + 64) + " bytes"},
+      {"longer than what was published",
+       [&](ShmSegment& s) { put_record(s.mailbox(), 200, 0, 0); publish(s, 192); }, "200 bytes"},
+      {"a skip that does not end the lap",
+       [&](ShmSegment& s) { put_record(s.mailbox(), 64, 1, 0); publish(s, 128); }, "skip of 64 bytes"},
+  };
+  for (const Fault& f : faults) {
+    DYNAMIC_SECTION(f.what) {
+      Pair p = make_pair();
+      f.write(p.producer->segment());
+      ShmRecord rec;
+      Status s = p.consumer->peek(&rec);
+      CHECK(s.code() == Code::Protocol);
+      CHECK_THAT(s.message(), Catch::Contains(f.says));
+      CHECK(rec.frame == nullptr);
+    }
+  }
+  SECTION("a record crossing the end of the lap") {
+    Pair p = make_pair();
+    // Fill to 64 bytes short of the lap's end with real records, then claim 128 bytes.
+    const MailFrame f = mail_frame(kShmMaxRecord - kShmRecordHeader - kHeaderSize - 6, 1);
+    for (int i = 0; i < 7; ++i) REQUIRE(post(*p.producer, 0, f));
+    for (int i = 0; i < 7; ++i) {
+      ShmRecord rec;
+      REQUIRE(p.consumer->peek(&rec).is_ok());
+      p.consumer->pop();
+    }
+    ShmSegment& seg = p.producer->segment();
+    const uint64_t at = kShmMailboxBytes - 64;
+    put_record(seg.mailbox() + at, 128, 0, 0);
+    publish(seg, at + 128);
+    // The consumer is at 7 * kShmMaxRecord: pad up to `at` with a valid record first.
+    const uint64_t pad = at - 7 * kShmMaxRecord;
+    put_record(seg.mailbox() + 7 * kShmMaxRecord, static_cast<uint32_t>(pad), 0, 0);
+    std::memcpy(seg.mailbox() + 7 * kShmMaxRecord + kShmRecordHeader, f.header, kHeaderSize);
+    ShmRecord rec;
+    REQUIRE(p.consumer->peek(&rec).is_ok());
+    REQUIRE(rec.frame != nullptr);
+    p.consumer->pop();
+    Status s = p.consumer->peek(&rec);
+    CHECK(s.code() == Code::Protocol);
+    CHECK_THAT(s.message(), Catch::Contains("128 bytes"));
+  }
 }

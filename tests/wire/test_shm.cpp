@@ -2,6 +2,8 @@
 // ring rank 1 offers back and takes an op's payload from it; a ring that cannot be mapped
 // is declined and TCP carries the data; ring positions, lengths and offers that are not
 // exactly right close the link with an error naming rank 1, and rank 0 stays healthy.
+// Frames in rank 1's mailbox are taken only in their place in the TCP stream, and
+// malformed or misplaced ones close the link the same way.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -81,7 +83,73 @@ std::vector<uint8_t> shm_data(const Frame& ready, ShmDescriptor where) {
   return frame(h, kOp, payload);
 }
 
+// Writes frame (h, name, payload) into rank 1's mailbox, tagged to follow its
+// tcp_before-th TCP frame.
+bool mail(ShmProducer& ring, uint64_t tcp_before, FrameHeader h, const std::string& name,
+          const std::vector<uint8_t>& payload) {
+  h.name_len = static_cast<uint16_t>(name.size());
+  h.payload_len = payload.size();
+  uint8_t header[kHeaderSize];
+  encode_header(h, header);
+  return ring.post(tcp_before, header, name, payload.data(), payload.size());
+}
+
+std::vector<uint8_t> bell() { return frame(control(MsgType::ShmBell), "shm"); }
+
 }  // namespace
+
+TEST_CASE("shm: rank 0 takes mail from rank 1 only in its place in the TCP stream", "[shm]") {
+  LogCapture log;
+  Job job;
+  std::string error = start("wire-shm-mail", &job);
+  INFO(error);
+  REQUIRE(error.empty());
+  auto seg = ShmSegment::create(kShmMinRingBytes);
+  REQUIRE(seg.is_ok());
+  uint32_t answer = 9;
+  error = offer(job, seg.value().info(), &answer);  // rank 1's TCP frame 1
+  INFO(error);
+  REQUIRE(error.empty());
+  REQUIRE(answer == 1);
+  ShmProducer ring(std::move(seg.value()));
+  std::array<float, 2> out{};
+  std::shared_ptr<RequestState> request;
+  Frame ready;
+  error = post_op(*job.victim, job.fake, &out, &request, &ready);
+  INFO(error);
+  REQUIRE(error.empty());
+  job.fake.send(member_ready(ready));  // TCP frame 2
+  // Rank 1's data, to follow its fourth TCP frame: the bell (frame 3) makes rank 0 look,
+  // but it must hold the data back.
+  REQUIRE(mail(ring, 4, member_data(ready.header), kOp, theirs()));
+  job.fake.send(bell());
+  Status s;
+  CHECK_FALSE(request->wait_for(300, &s));
+  job.fake.send(bell());  // frame 4: now the data is next
+  REQUIRE(request->wait_for(kBoundMs, &s));
+  INFO(s.message());
+  REQUIRE(s.is_ok());
+  const std::array<float, 2> want = {kMine[0] + kTheirs[0], kMine[1] + kTheirs[1]};
+  CHECK(out == want);
+  // A second op with both of rank 1's frames, Ready and data, in the mailbox after the
+  // four TCP frames, and one bell (frame 5) for both.
+  std::array<float, 2> out2{};
+  error = post_op(*job.victim, job.fake, &out2, &request, &ready);
+  INFO(error);
+  REQUIRE(error.empty());
+  FrameHeader their_ready = ready.header;  // as member_ready() sends it over TCP
+  their_ready.src_rank = 1;
+  REQUIRE(mail(ring, 4, their_ready, kOp, {}));
+  REQUIRE(mail(ring, 4, member_data(ready.header), kOp, theirs()));
+  job.fake.send(bell());
+  REQUIRE(request->wait_for(kBoundMs, &s));
+  INFO(s.message());
+  REQUIRE(s.is_ok());
+  CHECK(out2 == want);
+  CHECK(ring.segment().mail_head().load() == ring.segment().mail_tail().load());
+  CHECK(job.victim->async_error().is_ok());
+  CHECK(log.take().empty());
+}
 
 TEST_CASE("shm: rank 0 takes a payload from the ring rank 1 offered", "[shm]") {
   LogCapture log;
@@ -174,6 +242,56 @@ TEST_CASE("shm: bad ring frames from rank 1 close its link with an error naming 
          return frame(control(MsgType::ShmOffer), "shm", std::vector<uint8_t>(8, 1));
        },
        "rank 1: ShmOffer with a 8-byte payload"},
+      // The mailbox. Rank 1 has sent one TCP frame (its offer) when these are written, and
+      // rank 0 has taken it; the bell makes rank 0 look even if it is not polling.
+      {"a doorbell with no mailbox", false, [](const Frame&, ShmProducer*) { return bell(); },
+       "rank 1: ShmBell without a mailbox"},
+      {"mail placed before a TCP frame already taken", true,
+       [](const Frame& r, ShmProducer* ring) {
+         mail(*ring, 0, member_data(r.header), kOp, theirs());
+         return bell();
+       },
+       "rank 1: mailbox frame after 0 TCP frames arrived after 1"},
+      {"a malformed record", true,
+       [](const Frame&, ShmProducer* ring) {
+         ring->segment().mailbox()[4] = 7;  // kind 7, in an otherwise empty record
+         ring->segment().mail_tail().store(128);
+         return bell();
+       },
+       "rank 1: malformed mailbox record (kind 7"},
+      {"a frame header that fails validation", true,
+       [](const Frame& r, ShmProducer* ring) {
+         FrameHeader h = member_data(r.header);
+         h.magic = 0x12345678;
+         mail(*ring, 1, h, kOp, theirs());
+         return bell();
+       },
+       "rank 1: mailbox: bad magic 0x12345678"},
+      {"a handshake frame", true,
+       [](const Frame&, ShmProducer* ring) {
+         mail(*ring, 1, control(MsgType::Hello), "job", {});
+         return bell();
+       },
+       "rank 1: frame of type 1 in the mailbox"},
+      {"a frame claiming another rank", true,
+       [](const Frame& r, ShmProducer* ring) {
+         FrameHeader h = member_data(r.header);
+         h.src_rank = 0;
+         mail(*ring, 1, h, kOp, theirs());
+         return bell();
+       },
+       "rank 1: mailbox frame claims rank 0"},
+      {"a record longer than its frame", true,
+       [](const Frame& r, ShmProducer* ring) {
+         FrameHeader h = member_data(r.header);
+         h.name_len = 1;
+         h.payload_len = 4;  // the record holds 8 payload bytes
+         uint8_t header[kHeaderSize];
+         encode_header(h, header);
+         ring->post(1, header, kOp, theirs().data(), 8);
+         return bell();
+       },
+       "rank 1: mailbox record of 73 bytes holds a frame of 69"},
   };
   for (const Fault& f : faults) {
     DYNAMIC_SECTION(f.what) {
