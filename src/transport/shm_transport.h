@@ -1,10 +1,10 @@
 // Shared memory for peers on the same host, layered over the TCP transport.
 //
-// Each TCP link stays: it carries the handshake, every control frame, small payloads, and
-// serves as the doorbell. After connecting, each peer offers every same-host peer a ring
+// Each TCP link stays: it carries the handshake, the ring offers, frames too large for the
+// mailbox (below) and doorbells, and tells a lost peer. After connecting, each peer offers every same-host peer a ring
 // (transport/shm_ring.h) for its direction; once the receiver has mapped it, a Data frame
 // of at least kShmMinPayload bytes is copied into the ring and only a small ShmData frame
-// ("payload at position P, length L") goes over TCP. The receiver turns it back into the
+// ("payload at position P, length L") goes in the mailbox. The receiver turns it back into the
 // Data frame, copies the bytes straight into the op's target and returns the ring space.
 // When the ring is full, frames to that rank wait, in order, until the receiver frees room
 // and wakes the sender with a ShmReply "credit" frame (sent only when asked for, through a
@@ -12,19 +12,21 @@
 // goes over TCP in the same ordered stream.
 //
 // Cost: one user copy on each side instead of two kernel copies and a syscall per socket
-// buffer; the doorbell adds one small TCP frame per payload. The receiver's copy goes
+// buffer. The receiver's copy goes
 // away where the op can read the payload in the ring (accept_frame's in_memory: a reduce
 // step with one child combines straight from it), so the ring's bytes are released only
 // after frame_done.
 //
 // Small frames take the segment's mailbox (shm_ring.h) instead of TCP once the ring is up:
 // every frame of at most kShmMaxRecord bytes, the ShmData frames included. A receiver
-// that polls (progress.h's spin window) reads them with no system call and says so in the
+// that polls (the peer's spin window, runtime/progress.h) reads them with no system call and says so in the
 // segment; while it does not, the sender rings a ShmBell over TCP after each record. One
 // ordered stream stays: each record carries how many frames the sender had handed to TCP
 // before it, and the receiver delivers it only once it has taken that many TCP frames,
-// and before it takes the next. A 4-byte allreduce between two processes then costs two
-// memory copies instead of two TCP round trips through the kernel.
+// and before it takes the next (a record tagged with fewer is a protocol error). A 4-byte
+// allreduce between two processes then costs two small memory copies instead of a TCP
+// write and read on each side. Records are checked like TCP frames, and more: their
+// length against the frame's, their type (only op and ring frames), their rank.
 //
 // A lost peer is noticed through its TCP link, exactly as without shared memory. Ring
 // positions and lengths from a peer are checked like every other frame field: a bad one
