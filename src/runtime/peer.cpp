@@ -8,6 +8,7 @@
 #include <future>
 
 #include "monitor/log.h"
+#include "transport/sigpipe.h"
 
 namespace taiji {
 
@@ -177,7 +178,8 @@ Status Peer::bootstrap() {
     io_thread_id_ = std::this_thread::get_id();
     // A write to a connection the peer just closed raises SIGPIPE in the writing thread;
     // blocked here, it stays pending and the write fails with EPIPE instead of killing
-    // the process. A waiter running the loop blocks it too, while it does (drive()).
+    // the process. A waiter running the loop blocks it too, while it does, from its first
+    // write (drive(), transport/sigpipe.h).
     sigset_t pipe;
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
@@ -317,40 +319,10 @@ bool Peer::poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes) {
   return alive;
 }
 
-namespace {
-
-// A waiter writing to a peer that just closed would get SIGPIPE, which kills the process;
-// blocked, the write fails with EPIPE instead (as on the I/O thread, where it always is).
-// A SIGPIPE raised meanwhile is taken off the thread before the caller's mask returns.
-class SigpipeBlocked {
- public:
-  SigpipeBlocked() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~SigpipeBlocked() {
-    if (sigismember(&old_, SIGPIPE) == 1) return;
-    sigset_t pending;
-    sigpending(&pending);
-    if (sigismember(&pending, SIGPIPE) == 1) {
-      timespec now{0, 0};
-      sigtimedwait(&pipe_, nullptr, &now);
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  SigpipeBlocked(const SigpipeBlocked&) = delete;
-  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
-
- private:
-  sigset_t pipe_;
-  sigset_t old_;
-};
-
-}  // namespace
-
 bool Peer::drive(const std::atomic<bool>& done, uint64_t window_ns, uint64_t hard_ns) {
-  SigpipeBlocked no_sigpipe;
+  // A write to a peer that just closed must fail with EPIPE, not kill the process.
+  LazySigpipeBlock no_sigpipe;
+  if (transport_->writes_queued()) no_sigpipe.block();
   DeferUserCallbacks defer(&deferred_);
   uint64_t seen = activity();
   uint64_t bytes = transport_->read_bytes();

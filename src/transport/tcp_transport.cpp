@@ -10,6 +10,7 @@
 
 #include "monitor/log.h"
 #include "transport/address.h"
+#include "transport/sigpipe.h"
 
 namespace taiji {
 
@@ -50,6 +51,7 @@ Status resolve(const std::string& host, uint16_t port, sockaddr_storage* out) {
 // One encoded frame on its way out, and whom to tell once the kernel has it.
 struct TcpTransport::WriteReq {
   uv_write_t req{};
+  TcpTransport* owner = nullptr;
   uint8_t header[kHeaderSize];
   std::string name;
   std::vector<uint8_t> owned;
@@ -527,6 +529,7 @@ void TcpTransport::send(int dst, OutMessage msg) {
 
 TcpTransport::WriteReq* TcpTransport::frame(Conn* c, OutMessage msg) {
   auto* w = new WriteReq();
+  w->owner = this;
   w->name = std::move(msg.name);
   w->owned = std::move(msg.owned);
   w->on_sent = std::move(msg.on_sent);
@@ -549,6 +552,7 @@ int TcpTransport::write(Conn* c, OutMessage msg) {
 }
 
 int TcpTransport::write_frames(Conn* c, WriteReq* const* ws, size_t n) {
+  block_sigpipe_here();
   size_t sent = 0;
   // With nothing queued on the connection, write now, all frames in one call: a frame the
   // kernel takes whole needs no write request, and libuv no POLLOUT round (two epoll_ctl
@@ -585,6 +589,7 @@ int TcpTransport::write_frames(Conn* c, WriteReq* const* ws, size_t n) {
     w->req.data = w;
     int rc = uv_write(&w->req, c->stream(), rest, nrest, [](uv_write_t* req, int status) {
       auto* wr = static_cast<WriteReq*>(req->data);
+      wr->owner->queued_writes_--;
       if (wr->on_sent) {
         wr->on_sent(status == 0 ? Status{} : uv_error("write failed", status));
       }
@@ -594,6 +599,7 @@ int TcpTransport::write_frames(Conn* c, WriteReq* const* ws, size_t n) {
       fail_frames(ws + i, n - i, uv_error("write failed", rc));
       return rc;
     }
+    queued_writes_++;
   }
   return 0;
 }

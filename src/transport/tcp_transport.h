@@ -64,6 +64,9 @@ class TcpTransport final : public Transport {
   // Reads that delivered bytes so far: a cheap sign of traffic for a polling loop.
   uint64_t read_events() const { return read_events_; }
   uint64_t read_bytes() const { return read_bytes_; }
+  // Whether libuv holds writes it will finish when the socket takes more (a loop round
+  // may then write: see transport/sigpipe.h).
+  bool writes_queued() const { return queued_writes_ > 0; }
 
   struct Conn;
   struct WriteReq;
@@ -115,6 +118,7 @@ class TcpTransport final : public Transport {
   uint64_t read_events_ = 0;
   uint64_t read_bytes_ = 0;
   int corked_ = 0;
+  uint64_t queued_writes_ = 0;  // uv_write requests not yet called back
   std::vector<Conn*> corked_conns_;    // connections with frames held by the cork
   std::string last_refusal_;           // why the latest handshake failed, for set-up errors
 };
