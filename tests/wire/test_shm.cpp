@@ -9,6 +9,7 @@
 #include <array>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,24 @@ std::string offer(Job& job, const ShmSegmentInfo& info, uint32_t* answer) {
   return {};
 }
 
+// start(), then rank 1 makes a ring of its own; with `map`, offers it (its first TCP frame
+// after the handshake) and checks that rank 0 mapped it.
+std::string start_with_ring(const std::string& job_id, Job* job, bool map,
+                            std::unique_ptr<ShmProducer>* ring) {
+  std::string error = start(job_id, job);
+  if (!error.empty()) return error;
+  auto seg = ShmSegment::create(kShmMinRingBytes);
+  if (!seg.is_ok()) return "no ring: " + seg.status().message();
+  if (map) {
+    uint32_t answer = 9;
+    error = offer(*job, seg.value().info(), &answer);
+    if (!error.empty()) return error;
+    if (answer != 1) return "rank 0 declined a valid ring";
+  }
+  *ring = std::make_unique<ShmProducer>(std::move(seg.value()));
+  return {};
+}
+
 // Posts "w" on rank 0, lets `send_data` deliver rank 1's chunk after its Ready, and checks
 // the exact sum.
 std::string allreduce(Job& job, const std::function<void(const Frame& ready)>& send_data) {
@@ -96,22 +115,28 @@ bool mail(ShmProducer& ring, uint64_t tcp_before, FrameHeader h, const std::stri
 
 std::vector<uint8_t> bell() { return frame(control(MsgType::ShmBell), "shm"); }
 
+// A fault: rank 1's Data frame, changed by `edit`, in the mailbox after its first TCP
+// frame, then a bell.
+std::function<std::vector<uint8_t>(const Frame&, ShmProducer*)> mailed_data(
+    std::function<void(FrameHeader&)> edit) {
+  return [edit](const Frame& ready, ShmProducer* ring) {
+    FrameHeader h = member_data(ready.header);
+    edit(h);
+    mail(*ring, 1, h, kOp, theirs());
+    return bell();
+  };
+}
+
 }  // namespace
 
 TEST_CASE("shm: rank 0 takes mail from rank 1 only in its place in the TCP stream", "[shm]") {
   LogCapture log;
   Job job;
-  std::string error = start("wire-shm-mail", &job);
+  std::unique_ptr<ShmProducer> rank1_ring;
+  std::string error = start_with_ring("wire-shm-mail", &job, true, &rank1_ring);  // TCP frame 1
   INFO(error);
   REQUIRE(error.empty());
-  auto seg = ShmSegment::create(kShmMinRingBytes);
-  REQUIRE(seg.is_ok());
-  uint32_t answer = 9;
-  error = offer(job, seg.value().info(), &answer);  // rank 1's TCP frame 1
-  INFO(error);
-  REQUIRE(error.empty());
-  REQUIRE(answer == 1);
-  ShmProducer ring(std::move(seg.value()));
+  ShmProducer& ring = *rank1_ring;
   std::array<float, 2> out{};
   std::shared_ptr<RequestState> request;
   Frame ready;
@@ -259,13 +284,7 @@ TEST_CASE("shm: bad ring frames from rank 1 close its link with an error naming 
          return bell();
        },
        "rank 1: malformed mailbox record (kind 7"},
-      {"a frame header that fails validation", true,
-       [](const Frame& r, ShmProducer* ring) {
-         FrameHeader h = member_data(r.header);
-         h.magic = 0x12345678;
-         mail(*ring, 1, h, kOp, theirs());
-         return bell();
-       },
+      {"a frame header that fails validation", true, mailed_data([](FrameHeader& h) { h.magic = 0x12345678; }),
        "rank 1: mailbox: bad magic 0x12345678"},
       {"a handshake frame", true,
        [](const Frame&, ShmProducer* ring) {
@@ -273,13 +292,7 @@ TEST_CASE("shm: bad ring frames from rank 1 close its link with an error naming 
          return bell();
        },
        "rank 1: frame of type 1 in the mailbox"},
-      {"a frame claiming another rank", true,
-       [](const Frame& r, ShmProducer* ring) {
-         FrameHeader h = member_data(r.header);
-         h.src_rank = 0;
-         mail(*ring, 1, h, kOp, theirs());
-         return bell();
-       },
+      {"a frame claiming another rank", true, mailed_data([](FrameHeader& h) { h.src_rank = 0; }),
        "rank 1: mailbox frame claims rank 0"},
       {"a record longer than its frame", true,
        [](const Frame& r, ShmProducer* ring) {
@@ -297,26 +310,17 @@ TEST_CASE("shm: bad ring frames from rank 1 close its link with an error naming 
     DYNAMIC_SECTION(f.what) {
       LogCapture log;
       Job job;
-      std::string error = start("wire-shm-fault", &job);
+      std::unique_ptr<ShmProducer> ring;
+      std::string error = start_with_ring("wire-shm-fault", &job, f.map_ring, &ring);
       INFO(error);
       REQUIRE(error.empty());
-      auto seg = ShmSegment::create(kShmMinRingBytes);
-      REQUIRE(seg.is_ok());
-      if (f.map_ring) {
-        uint32_t answer = 9;
-        error = offer(job, seg.value().info(), &answer);
-        INFO(error);
-        REQUIRE(error.empty());
-        REQUIRE(answer == 1);
-      }
-      ShmProducer ring(std::move(seg.value()));
       std::array<float, 2> out{};
       std::shared_ptr<RequestState> request;
       Frame ready;
       error = post_op(*job.victim, job.fake, &out, &request, &ready);
       INFO(error);
       REQUIRE(error.empty());
-      std::vector<uint8_t> bad = f.frames(ready, &ring);
+      std::vector<uint8_t> bad = f.frames(ready, ring.get());
       job.fake.send(concat({member_ready(ready), bad}));
       CHECK(job.fake.socket().wait_closed(after_ms(kBoundMs)) != RawSocket::Closed::StillOpen);
       Status s;
