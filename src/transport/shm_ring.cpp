@@ -352,7 +352,8 @@ void ShmConsumer::pop() {
 }
 
 bool ShmConsumer::has_mail() const {
-  return seg_.mail_tail().load(std::memory_order_acquire) != mail_head_;
+  // Sequentially consistent, after set_polling: see ShmTransport::resume_reading.
+  return seg_.mail_tail().load(std::memory_order_seq_cst) != mail_head_;
 }
 
 void ShmConsumer::set_polling(bool on) {

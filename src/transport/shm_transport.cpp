@@ -203,7 +203,14 @@ bool ShmTransport::poll() {
 
 Status ShmTransport::deliver_mail(int src, bool any_time) {
   Link& link = links_[src];
-  if (link.in == nullptr) return {};
+  // Not again from inside a delivery (a handler dropping the link of a rank that said Bye
+  // reaches link_down from here): the record being delivered is not popped yet.
+  if (link.in == nullptr || link.delivering) return {};
+  link.delivering = true;
+  struct Done {
+    bool* flag;
+    ~Done() { *flag = false; }
+  } done{&link.delivering};
   while (!link.down && (any_time || !link.paused)) {
     ShmRecord rec;
     if (Status s = link.in->peek(&rec); !s.is_ok()) return protocol(src, s.message());
@@ -324,12 +331,13 @@ void ShmTransport::dispatch_done(int src, const FrameHeader& h, const std::strin
 
 void ShmTransport::link_down(int src, bool graceful, const Status& why) {
   Link& link = links_[src];
+  // Nothing more to that rank, not even a reply to the mail below: it reads no more.
+  link.out_active = false;
   // Everything sent before the Bye is in: deliver the mail among it.
   if (graceful && !link.down) {
     if (Status s = deliver_mail(src, true); !s.is_ok()) log().warn("{}", s.message());
   }
   link.down = true;
-  link.out_active = false;
   handler_->link_down(src, graceful, why);
   // TCP reports each waiting frame as not sent.
   flush_waiting(src);

@@ -111,6 +111,7 @@ class ShmTransport final : public Transport, public ReceiveHandler {
     uint64_t bells = 0;                      // ShmBells rung for them
     bool paused = false;                     // the handler wants no frames from it now
     bool down = false;                       // link_down reported: nothing more
+    bool delivering = false;                 // inside deliver_mail
   };
 
   // Sends msg, through the ring when it is bulk and the ring is up. False (msg untouched)
