@@ -48,7 +48,7 @@ struct PostArgs {
   std::shared_ptr<NormTap> norms;  // allreduce: sums of squares taken on the way
 };
 
-class Peer : private LoopBaton::Driver {
+class Peer final : private LoopBaton::Driver {
  public:
   // Joins the job (rendezvous, then a connection to every other peer). Blocks.
   static Result<std::unique_ptr<Peer>> create(const Config& config);
