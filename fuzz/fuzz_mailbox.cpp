@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_order.h"
 #include "transport/frame.h"
 #include "transport/shm_ring.h"
 #include "transport/shm_transport.h"
@@ -94,12 +95,6 @@ struct Wire : Transport {
   void defer(std::function<void()> fn) override { fn(); }
 };
 
-uint64_t get_le64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -132,7 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shm.frame_done(1, offer, "shm");
   check(wire.drops.empty(), "the offer dropped the link");
 
-  rank1.mail_tail().store(get_le64(data));
+  rank1.mail_tail().store(get64(data));
   shm.set_polling(true);
   for (int round = 0; round < 3 && wire.drops.empty(); ++round) shm.poll();
   shm.set_polling(false);

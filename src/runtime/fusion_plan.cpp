@@ -5,20 +5,11 @@
 #include <map>
 
 #include "collectives/reduce_kernels.h"
+#include "common/byte_order.h"
 
 namespace taiji {
 
 namespace {
-
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
-uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 // Byte 24 marks a used slot, so that an all-zero entry never reads as an op.
 constexpr size_t kUsedAt = 24;

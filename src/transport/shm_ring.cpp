@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/byte_order.h"
 #include "transport/frame.h"
 
 namespace taiji {
@@ -30,26 +31,11 @@ constexpr size_t kPollingAt = 320;
 // Record kinds.
 constexpr uint32_t kRecordFrame = 0;
 constexpr uint32_t kRecordSkip = 1;
+
+uint64_t record_span(uint64_t len) { return (len + kShmRecordAlign - 1) / kShmRecordAlign * kShmRecordAlign; }
 // What /proc/<pid>/fd/<fd> of a ring points to; anything else is never opened.
 constexpr const char* kMemfdName = "taiji-ring";
 constexpr const char* kMemfdLink = "/memfd:taiji-ring ";
-
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
 
 Status sys_error(const std::string& what) { return {Code::Io, what + ": " + std::strerror(errno)}; }
 
@@ -268,12 +254,6 @@ bool ShmConsumer::release(const ShmDescriptor& d) {
   return seg_.credit_wanted().load(std::memory_order_seq_cst) != 0 &&
          seg_.credit_wanted().exchange(0, std::memory_order_seq_cst) != 0;
 }
-
-namespace {
-
-uint64_t record_span(uint64_t len) { return (len + kShmRecordAlign - 1) / kShmRecordAlign * kShmRecordAlign; }
-
-}  // namespace
 
 bool ShmProducer::post(uint64_t tcp_before, const uint8_t* header, const std::string& name,
                        const uint8_t* payload, uint64_t payload_len) {

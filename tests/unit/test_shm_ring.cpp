@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_order.h"
 #include "common/dtype.h"
 #include "transport/frame.h"
 #include "transport/shm_ring.h"
@@ -363,9 +364,9 @@ void check_record(const ShmRecord& rec, uint64_t tcp_before, const MailFrame& f)
 
 // The record header the producer writes (shm_ring.h): u32 length, u32 kind, u64 tag.
 void put_record(uint8_t* at, uint32_t len, uint32_t kind, uint64_t tcp_before) {
-  for (int i = 0; i < 4; ++i) at[i] = static_cast<uint8_t>(len >> (8 * i));
-  for (int i = 0; i < 4; ++i) at[4 + i] = static_cast<uint8_t>(kind >> (8 * i));
-  for (int i = 0; i < 8; ++i) at[8 + i] = static_cast<uint8_t>(tcp_before >> (8 * i));
+  put32(at, len);
+  put32(at + 4, kind);
+  put64(at + 8, tcp_before);
 }
 
 }  // namespace
