@@ -191,14 +191,12 @@ void ShmTransport::set_polling(bool on) {
   }
 }
 
-bool ShmTransport::poll() {
-  const uint64_t before = mail_delivered_;
+void ShmTransport::poll() {
   for (int r = 0; r < opt_.size; ++r) {
     const Link& link = links_[r];
     if (link.in == nullptr || link.down || link.paused) continue;
     if (Status s = deliver_mail(r, false); !s.is_ok()) inner_->drop(r, s);
   }
-  return mail_delivered_ != before;
 }
 
 Status ShmTransport::deliver_mail(int src, bool any_time) {
@@ -252,12 +250,17 @@ Status ShmTransport::deliver_record(int src, const ShmRecord& rec) {
                              std::to_string(kHeaderSize + h.name_len + h.payload_len));
   }
   const std::string name(reinterpret_cast<const char*>(rec.frame + kHeaderSize), h.name_len);
-  const uint8_t* payload = rec.frame + kHeaderSize + h.name_len;
+  ++mail_delivered_;
+  return hand_over(src, h, name, rec.frame + kHeaderSize + h.name_len, rec.frame_len);
+}
+
+Status ShmTransport::hand_over(int src, const FrameHeader& h, const std::string& name,
+                               const uint8_t* payload, uint64_t counted) {
   uint8_t* target = nullptr;
   if (Status s = dispatch_accept(src, h, name, payload, &target); !s.is_ok()) return s;
   if (target != nullptr && h.payload_len != 0) std::memcpy(target, payload, h.payload_len);
-  if (opt_.link_counters != nullptr) opt_.link_counters[src].add_received(rec.frame_len);
-  ++mail_delivered_;
+  if (opt_.link_counters != nullptr) opt_.link_counters[src].add_received(counted);
+  // The handler may read the payload where it lies until frame_done returns.
   dispatch_done(src, h, name);
   return {};
 }
@@ -394,15 +397,9 @@ void ShmTransport::on_data(int src, const FrameHeader& h, const std::string& nam
   if (Status s = decode_header(encoded, opt_.limits, &data); !s.is_ok()) {
     return inner_->drop(src, protocol(src, "ShmData: " + s.message()));
   }
-  const uint8_t* payload = link.in->at(where);
-  uint8_t* target = nullptr;
-  if (Status s = handler_->accept_frame(src, data, name, payload, &target); !s.is_ok()) {
+  if (Status s = hand_over(src, data, name, link.in->at(where), where.length); !s.is_ok()) {
     return inner_->drop(src, s);
   }
-  if (target != nullptr) std::memcpy(target, payload, where.length);
-  if (opt_.link_counters != nullptr) opt_.link_counters[src].add_received(where.length);
-  // The handler may read the payload in the ring until frame_done returns.
-  handler_->frame_done(src, data, name);
   if (link.in->release(where)) {
     OutMessage credit;
     credit.header.type = MsgType::ShmReply;

@@ -73,8 +73,8 @@ class ShmTransport final : public Transport, public ReceiveHandler {
   // The I/O thread starts or stops polling: while on, senders ring no doorbell. After
   // turning it off, call poll() once more (a record may have come in between).
   void set_polling(bool on);
-  // Delivers the mail that may be delivered now; true if there was any.
-  bool poll();
+  // Delivers the mail that may be delivered now.
+  void poll();
   // Frames delivered from mailboxes so far: a sign of traffic for a polling loop.
   uint64_t mail_delivered() const { return mail_delivered_; }
 
@@ -124,6 +124,10 @@ class ShmTransport final : public Transport, public ReceiveHandler {
   // `any_time`, even while paused (the next TCP frame is being taken: order first).
   Status deliver_mail(int src, bool any_time);
   Status deliver_record(int src, const ShmRecord& rec);
+  // Gives the handler a frame whose payload lies in shared memory, copied to where it
+  // wants it or read in place; `counted` bytes go to the link's counters.
+  Status hand_over(int src, const FrameHeader& h, const std::string& name,
+                   const uint8_t* payload, uint64_t counted);
   Status dispatch_accept(int src, const FrameHeader& h, const std::string& name,
                          const uint8_t* in_memory, uint8_t** target);
   void dispatch_done(int src, const FrameHeader& h, const std::string& name);
