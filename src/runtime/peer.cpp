@@ -1,8 +1,5 @@
 #include "runtime/peer.h"
 
-#include <pthread.h>
-#include <signal.h>
-
 #include <algorithm>
 #include <chrono>
 #include <future>
@@ -180,10 +177,7 @@ Status Peer::bootstrap() {
     // blocked here, it stays pending and the write fails with EPIPE instead of killing
     // the process. A waiter running the loop blocks it too, while it does, from its first
     // write (drive(), transport/sigpipe.h).
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    block_sigpipe_for_good();
     run_loop();
     if (baton_) baton_->close();
     run_deferred_callbacks();

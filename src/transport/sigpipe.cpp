@@ -46,4 +46,9 @@ void block_sigpipe_here() {
   if (t_installed != nullptr) t_installed->block();
 }
 
+void block_sigpipe_for_good() {
+  const sigset_t pipe = sigpipe_set();
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+}
+
 }  // namespace taiji

@@ -32,5 +32,7 @@ class LazySigpipeBlock {
 };
 
 void block_sigpipe_here();
+// For a thread that owns a loop for its whole life (the I/O thread): blocked, never restored.
+void block_sigpipe_for_good();
 
 }  // namespace taiji
