@@ -59,6 +59,8 @@ struct Options {
   int fusion_ops = 0;
   uint64_t fusion_op_bytes = 0;
   FusionMode fusion = FusionMode::kBoth;
+  // --group: each batch posted inside taiji_group_start/end.
+  bool fusion_group = false;
 };
 
 // Outcome of parse_options: run, exit 0 after --help, or exit 2 after a usage error.

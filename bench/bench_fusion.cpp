@@ -89,11 +89,13 @@ class FusionTest {
     check(taiji_barrier(side.peer, "bench.fuse.sync", &opts_, nullptr), side.peer, "taiji_barrier");
     std::vector<taiji_request_t*> reqs(n_, nullptr);
     auto start = std::chrono::steady_clock::now();
+    if (o_.fusion_group) check(taiji_group_start(side.peer), side.peer, "taiji_group_start");
     for (size_t i = 0; i < n_; ++i) {
       check(taiji_allreduce(side.peer, names_[i].c_str(), &send_[i * bytes], &recv_[i * bytes],
                             count_, o_.dtype->dtype, o_.redop, &opts_, &reqs[i]),
             side.peer, "taiji_allreduce(" + names_[i] + ")");
     }
+    if (o_.fusion_group) check(taiji_group_end(side.peer), side.peer, "taiji_group_end");
     taiji_status_t first = TAIJI_OK;
     for (taiji_request_t* r : reqs) {
       taiji_status_t s = taiji_request_wait(r, -1);
@@ -174,10 +176,11 @@ int run_fusion_test(const Options& o) {
     }
     for (Side& side : sides) check(taiji_peer_finalize(side.peer), side.peer, "taiji_peer_finalize");
     if (rank == 0) {
-      std::printf("# taiji-bench fusion test: %d x %s allreduce (%s %s) per batch, %d peers, "
+      std::printf("# taiji-bench fusion test: %d x %s allreduce (%s %s) per batch, %s, %d peers, "
                   "%d batches (+%d warmup)\n",
                   o.fusion_ops, format_bytes(o.fusion_op_bytes).c_str(), o.dtype->name,
-                  redop_name(o.redop), world, iters, warmup);
+                  redop_name(o.redop), o.fusion_group ? "posted in one group" : "posted one by one",
+                  world, iters, warmup);
       std::printf("# %-6s %12s %12s %12s %12s  %s\n", "fusion", "median(us)", "min(us)", "max(us)",
                   "per-op(us)", "check");
       for (const Side& side : sides) print_side(o, side, static_cast<size_t>(o.fusion_ops));

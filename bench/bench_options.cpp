@@ -219,6 +219,8 @@ void print_usage() {
       "                     --warmup, default 3) and checks every result\n"
       "  --fusion M         with --fusion-test: TAIJI_FUSION off, on, or both (default:\n"
       "                     both, batches alternating between two peers, with the ratio)\n"
+      "  --group G          with --fusion-test: on posts each batch in one group\n"
+      "                     (taiji_group_start/end), off one op at a time (default: off)\n"
       "  -h, --help         show this help\n"
       "\n"
       "Sizes take K, M and G suffixes (powers of 1024). Values may also be given as\n"
@@ -272,7 +274,7 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
         "--op",    "-b",      "--min-bytes", "-e",     "--max-bytes",  "-f",
         "--step-factor", "--dtype", "--redop", "-n", "--iters", "-w", "--warmup",
         "--topology", "--root", "--csv", "--json", "--timeout-ms", "--swap-at", "--swap-to",
-        "--metrics", "--fusion-test", "--fusion"};
+        "--metrics", "--fusion-test", "--fusion", "--group"};
     if (std::find(std::begin(kValued), std::end(kValued), key) == std::end(kValued)) {
       return fail("unknown option " + std::string(arg) + " (see --help)");
     }
@@ -354,6 +356,10 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
       else if (value == "off") o.fusion = FusionMode::kOff;
       else if (value == "both") o.fusion = FusionMode::kBoth;
       else return bad("expected on, off or both");
+    } else if (key == "--group") {
+      if (value == "on") o.fusion_group = true;
+      else if (value == "off") o.fusion_group = false;
+      else return bad("expected on or off");
     } else if (key == "--timeout-ms") {
       if (!parse_int(value, 1, std::numeric_limits<int64_t>::max(), &n)) {
         return bad("expected a positive number of milliseconds");

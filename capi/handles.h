@@ -24,6 +24,9 @@ struct taiji_request {
   std::shared_ptr<taiji::RequestState> state;
   // The owning peer's I/O thread: waiting there would stop the loop that completes it.
   std::thread::id io_thread;
+  // For the text of a misuse error; read only while the op is held in an open group
+  // (the peer is then alive: closing it ends every hold).
+  taiji_peer_t* peer = nullptr;
 };
 
 struct taiji_topology {

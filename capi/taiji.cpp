@@ -82,6 +82,9 @@ taiji_status_t apply_options(taiji_peer_t* peer, const taiji_op_options_t* optio
   if (blocking && peer->impl->on_io_thread()) {
     return invalid(peer, "a blocking call from a completion callback would deadlock; pass a request");
   }
+  if (blocking && peer->impl->in_group()) {
+    return invalid(peer, "a blocking call inside an open group would wait for the group's end; pass a request");
+  }
   args->version = opt.version;
   args->timeout_ms = opt.timeout_ms;
   if (opt.topology != nullptr) args->topology = opt.topology;
@@ -100,7 +103,7 @@ taiji_status_t finish_post(taiji_peer_t* peer,
                            taiji_request_t** request) {
   if (!posted.is_ok()) return record(peer, posted.status());
   if (request != nullptr) {
-    *request = new taiji_request{posted.value(), peer->impl->io_thread_id()};
+    *request = new taiji_request{posted.value(), peer->impl->io_thread_id(), peer};
     return TAIJI_OK;
   }
   taiji::Status result;
@@ -368,8 +371,24 @@ taiji_status_t taiji_request_test(taiji_request_t* request) {
 taiji_status_t taiji_request_wait(taiji_request_t* request, int64_t timeout_ms) {
   if (request == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
   if (request->io_thread == std::this_thread::get_id()) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (request->state->held_by(std::this_thread::get_id())) {
+    return invalid(request->peer, "the op is held in a group this thread has still open; call taiji_group_end first");
+  }
   taiji::Status s;
   return request->state->wait_for(timeout_ms, &s) ? to_c(s) : TAIJI_IN_PROGRESS;
+}
+
+taiji_status_t taiji_group_start(taiji_peer_t* peer) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  return guarded(peer, [&]() -> taiji_status_t {
+    peer->impl->group_start();
+    return TAIJI_OK;
+  });
+}
+
+taiji_status_t taiji_group_end(taiji_peer_t* peer) {
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  return guarded(peer, [&]() -> taiji_status_t { return record(peer, peer->impl->group_end()); });
 }
 
 uint64_t taiji_request_topology_digest(const taiji_request_t* request) {

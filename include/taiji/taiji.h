@@ -315,6 +315,30 @@ TAIJI_API taiji_status_t taiji_set_topology(taiji_peer_t *peer, const taiji_topo
                                             const taiji_op_options_t *options,
                                             taiji_request_t **request);
 
+/* ---- groups ------------------------------------------------------------------------- *
+ * Ops the calling thread posts between taiji_group_start and taiji_group_end on a peer
+ * are held, then handed to the peer together when the group ends, as with NCCL's
+ * ncclGroupStart/End. Their requests are returned at once, but nothing starts before the
+ * end, and their deadlines count from it. A batch of small allreduces posted in one group
+ * is fused as a whole (TAIJI_FUSION=on) instead of in the pieces the peer happened to see
+ * while the caller was still posting, and costs one hand-over instead of one per op.
+ *  - Groups belong to the calling thread and nest: only the outermost end hands over.
+ *    Other threads' posts are not held.
+ *  - Inside a group, a blocking call (request == NULL) fails with ERR_INVALID_ARGUMENT
+ *    (nothing posted): it would wait for an end that cannot come. So does
+ *    taiji_request_wait on a held request from the thread holding it (the request stays
+ *    valid; wait again after the end). taiji_request_test reports TAIJI_IN_PROGRESS.
+ *  - A post inside a group still checks its arguments and fails at once as outside one.
+ *  - Finalize or abort fails held ops (ERR_FINALIZED, ERR_ABORTED); so does an end after
+ *    the peer closed, which then returns ERR_FINALIZED. */
+
+/* Opens a group (or one more level of it) on the calling thread. */
+TAIJI_API taiji_status_t taiji_group_start(taiji_peer_t *peer);
+
+/* Closes one level; the outermost hands the group's ops to the peer. ERR_INVALID_ARGUMENT
+ * when the calling thread has no group open on this peer. */
+TAIJI_API taiji_status_t taiji_group_end(taiji_peer_t *peer);
+
 /* ---- requests ----------------------------------------------------------------------- *
  * A request is owned by the caller and must be freed once with taiji_request_free. It
  * may be tested and waited on from any thread. */
@@ -324,7 +348,8 @@ TAIJI_API taiji_status_t taiji_request_test(taiji_request_t *request);
 
 /* Waits up to timeout_ms (negative: until the op completes, which its own deadline
  * bounds). Returns the op's final status, or TAIJI_IN_PROGRESS if timeout_ms passed first
- * (the op goes on). Blocks; do not call from a completion callback. */
+ * (the op goes on). Blocks; do not call from a completion callback. ERR_INVALID_ARGUMENT
+ * at once for an op held in a group the calling thread has still open. */
 TAIJI_API taiji_status_t taiji_request_wait(taiji_request_t *request, int64_t timeout_ms);
 
 /* Digest of the topology the op runs on (see taiji_topology_digest), 0 before it started;

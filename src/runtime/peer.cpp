@@ -222,14 +222,15 @@ Peer::~Peer() {
   uv_loop_close(&loop_);
 }
 
-void Peer::run_on_loop(std::function<void()> fn) {
+bool Peer::run_on_loop(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
-    if (loop_closed_) return;
+    if (loop_closed_) return false;
     inbox_.push_back(std::move(fn));
     inbox_nonempty_.store(true, std::memory_order_relaxed);
   }
   wake_loop();
+  return true;
 }
 
 void Peer::wake_loop() {
@@ -359,6 +360,7 @@ Status Peer::finalize() {
     std::lock_guard<std::mutex> lock(state_mu_);
     closing_ = true;
   }
+  fail_groups({Code::Finalized, "peer finalized while the op's group was still open"});
   // Both are idempotent: a second or concurrent finalize just waits for the same end.
   run_on_loop([this] { begin_close(CloseMode::Finalize); });
   stop_thread();
@@ -371,6 +373,7 @@ void Peer::abort() {
     closing_ = true;
     if (sticky_.is_ok()) sticky_ = {Code::Aborted, "peer aborted"};
   }
+  fail_groups({Code::Aborted, "peer aborted while the op's group was still open"});
   run_on_loop([this] { begin_close(CloseMode::Abort); });
 }
 

@@ -23,6 +23,7 @@
 #include "runtime/loop_baton.h"
 #include "runtime/name_table.h"
 #include "runtime/op_engine.h"
+#include "runtime/post_groups.h"
 #include "runtime/progress.h"
 #include "runtime/rendezvous.h"
 #include "topology/selection.h"
@@ -67,6 +68,12 @@ class Peer final : private LoopBaton::Driver {
   // keep the old one.
   Result<std::shared_ptr<RequestState>> set_topology(BoundStrategy proposed, int64_t timeout_ms,
                                                      RequestState::Callback callback);
+  // Groups (runtime/post_groups.h): the calling thread's posts until the outermost
+  // group_end are held, then handed to the I/O thread together. group_end fails with
+  // InvalidArgument when no group is open on the calling thread.
+  void group_start() { groups_.start(); }
+  Status group_end();
+  bool in_group() const { return groups_.open(); }
   // A built-in name or the explicit text form, for this cluster (its host map).
   Result<BoundStrategy> resolve_topology(const std::string& text) const;
   const std::vector<int>& host_of() const { return host_of_; }
@@ -97,9 +104,17 @@ class Peer final : private LoopBaton::Driver {
  private:
   explicit Peer(const Config& config);
   Status bootstrap();
-  void run_on_loop(std::function<void()> fn);
+  // False (fn dropped) once the loop has closed.
+  bool run_on_loop(std::function<void()> fn);
   Result<PostedOp> prepare(PostArgs& args);
-  Status queue(std::function<void()> task, const std::string& name, uint64_t version);
+  // Hands a prepared op's start to the I/O thread, or holds it in the calling thread's
+  // open group. Fails (releasing the op's name) once the peer is closed.
+  Status queue(const std::shared_ptr<PostedOp>& op, std::function<void()> task);
+  // Held posts that will never start (the peer closed): their requests end with `why`,
+  // on the loop while it runs (where user callbacks belong), else on the calling thread.
+  void fail_held(std::vector<HeldPost> posts, const Status& why);
+  // Every thread's held posts, as the peer closes.
+  void fail_groups(const Status& why) { fail_held(groups_.take_all(), why); }
   // I/O thread: gives an op its graphs (the current topology, or the size rule).
   void bind(PostedOp& op) const;
   // The default table's built-in for an op of this size.
@@ -185,6 +200,7 @@ class Peer final : private LoopBaton::Driver {
   bool closing_links_ = false;           // transport shutdown started
   uint64_t close_deadline_ = 0;
 
+  PostGroups groups_;
   std::mutex inbox_mu_;
   std::vector<std::function<void()>> inbox_;
   bool loop_closed_ = false;             // under inbox_mu_

@@ -88,12 +88,12 @@ Result<std::shared_ptr<RequestState>> Peer::step_mark(int64_t timeout_ms,
     return s;
   };
   auto request = op->request;
-  Status s = queue([this, op] {
+  Status s = queue(op, [this, op] {
     enter([this, op] {
       bind(*op);
       engine_->start(std::move(*op));
     });
-  }, op->name, op->version);
+  });
   if (!s.is_ok()) return s;
   return request;
 }

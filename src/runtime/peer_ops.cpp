@@ -126,21 +126,48 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
   return op;
 }
 
-Status Peer::queue(std::function<void()> task, const std::string& name, uint64_t version) {
-  {
-    std::lock_guard<std::mutex> lock(inbox_mu_);
-    if (!loop_closed_) {
-      inbox_.push_back(std::move(task));
-      inbox_nonempty_.store(true, std::memory_order_relaxed);
-      task = nullptr;
+Status Peer::queue(const std::shared_ptr<PostedOp>& op, std::function<void()> task) {
+  HeldPost post{op, std::move(task)};
+  if (groups_.hold(post)) return {};
+  if (run_on_loop(std::move(post.task))) return {};
+  names_.release(op->name, op->version);
+  return {Code::Finalized, "peer is finalized or aborted"};
+}
+
+Status Peer::group_end() {
+  std::vector<HeldPost> posts;
+  Status s = groups_.end(&posts);
+  if (!s.is_ok() || posts.empty()) return s;
+  // An op's deadline counts from its hand-over: it could not start while held.
+  const uint64_t now = monotonic_ns();
+  auto batch = std::make_shared<std::vector<std::function<void()>>>();
+  for (HeldPost& p : posts) {
+    p.op->posted_ns = now;
+    p.op->request->release_hold();
+    batch->push_back(std::move(p.task));
+  }
+  // One task: the loop takes the whole group up before anything else it runs.
+  if (run_on_loop([batch] {
+        for (auto& task : *batch) task();
+      })) {
+    return {};
+  }
+  fail_held(std::move(posts), {Code::Finalized, "peer is finalized or aborted"});
+  return {Code::Finalized, "peer is finalized or aborted: the group's ops failed"};
+}
+
+void Peer::fail_held(std::vector<HeldPost> posts, const Status& why) {
+  if (posts.empty()) return;
+  // Released now: the holding thread may wait for the failure right after this returns.
+  for (HeldPost& p : posts) p.op->request->release_hold();
+  auto failed = std::make_shared<std::vector<HeldPost>>(std::move(posts));
+  auto fail = [this, failed, why] {
+    for (HeldPost& p : *failed) {
+      names_.release(p.op->name, p.op->version);
+      p.op->request->complete(why);
     }
-  }
-  if (task) {
-    names_.release(name, version);
-    return {Code::Finalized, "peer is finalized or aborted"};
-  }
-  wake_loop();
-  return {};
+  };
+  if (!run_on_loop(fail)) fail();
 }
 
 Result<std::shared_ptr<RequestState>> Peer::post(PostArgs args) {
@@ -155,7 +182,7 @@ Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
   auto request = op->request;
   // Only counted where it matters: a loop with peers on other hosts sleeps while one runs.
   const bool large = adaptive_ && !one_host_ && op_bytes(op->spec) > config_.eager_bytes;
-  Status s = queue([this, op, large] {
+  Status s = queue(op, [this, op, large] {
     enter([this, op, large] {
       if (fusion_ && !current_.strategy && fusion_->offer(*op)) return;
       bind(*op);
@@ -171,7 +198,7 @@ Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
       engine_->start(std::move(*op));
       transport_->uncork();
     });
-  }, op->name, op->version);
+  });
   if (!s.is_ok()) return s;
   return request;
 }
@@ -217,13 +244,13 @@ Result<std::shared_ptr<RequestState>> Peer::set_topology(BoundStrategy proposed,
     return result;
   };
   auto request = op->request;
-  Status s = queue([this, op] {
+  Status s = queue(op, [this, op] {
     enter([this, op] {
       bind(*op);
       gate_ = true;
       engine_->start(std::move(*op));
     });
-  }, op->name, op->version);
+  });
   if (!s.is_ok()) return s;
   return request;
 }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "common/status.h"
 #include "runtime/loop_baton.h"
@@ -40,6 +41,16 @@ class RequestState {
   uint64_t version() const { return version_; }
   // The final status's message once completed, "" before; stable from then on.
   const char* error_text() const;
+  // Posted inside a group still open on `holder` (runtime/post_groups.h): a wait there
+  // would never end. Set before the request is handed out, cleared when the group ends.
+  void hold(std::thread::id holder) {
+    holder_ = holder;
+    held_.store(true, std::memory_order_release);
+  }
+  void release_hold() { held_.store(false, std::memory_order_release); }
+  bool held_by(std::thread::id thread) const {
+    return held_.load(std::memory_order_acquire) && holder_ == thread;
+  }
   // Digest of the graphs the op runs on (0 until it started).
   uint64_t topology_digest() const { return topology_digest_; }
   void set_topology_digest(uint64_t d) { topology_digest_ = d; }
@@ -54,6 +65,8 @@ class RequestState {
   std::shared_ptr<LoopBaton> baton_;
   std::atomic<bool> done_flag_{false};   // done_, readable without the lock
   std::atomic<uint64_t> topology_digest_{0};
+  std::atomic<bool> held_{false};
+  std::thread::id holder_;               // written once, before the request is shared
   Callback callback_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;

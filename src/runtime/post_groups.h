@@ -1,0 +1,52 @@
+// Groups of posts (taiji_group_start / taiji_group_end): a thread's posts between the two
+// are held, then handed to the I/O thread together, so that the loop takes them up in one
+// go. Fusion then sees a whole batch in its first negotiation round, and the loop is
+// woken once instead of once per op. Groups are per calling thread and nest; only the
+// outermost end hands the posts over.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/op_engine.h"
+
+namespace taiji {
+
+struct HeldPost {
+  std::shared_ptr<PostedOp> op;
+  std::function<void()> task;  // what the loop runs to start it
+};
+
+class PostGroups {
+ public:
+  // Opens a group (or one more level of it) on the calling thread.
+  void start();
+  // Closes one level; once the outermost closes, *out gets its posts in posting order.
+  // InvalidArgument when the calling thread has no group open.
+  Status end(std::vector<HeldPost>* out);
+  // Whether the calling thread has a group open.
+  bool open() const;
+  // Keeps the post if the calling thread has a group open (its request then reports
+  // being held by this thread); false: the caller hands it over at once.
+  bool hold(HeldPost& post);
+  // The posts held by every thread (the peer is closing); their groups stay open, empty.
+  std::vector<HeldPost> take_all();
+
+ private:
+  struct Group {
+    int depth = 0;
+    std::vector<HeldPost> posts;
+  };
+  mutable std::mutex mu_;
+  std::map<std::thread::id, Group> groups_;  // under mu_
+  // Threads with a group open: posts skip the lock while none is.
+  std::atomic<int> open_{0};
+};
+
+}  // namespace taiji
