@@ -1,12 +1,13 @@
 #!/bin/bash
 # Installs what bench/compare/run.sh compares taiji with (Debian packages, as root): Gloo,
-# Open MPI, PyTorch (its gloo backend) and matplotlib for the plot; then reconfigures the
-# build so that Meson builds the peer programs. The test suite needs none of this.
+# Open MPI, PyTorch (its gloo backend), matplotlib for the plot and iperf3 (streams.sh);
+# then reconfigures the build so that Meson builds the peer programs. The test suite needs
+# none of this.
 # Usage: bench/compare/install.sh [BUILD_DIR]   (default build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
-packages=(libgloo-dev libopenmpi-dev openmpi-bin python3-torch python3-matplotlib time)
+packages=(libgloo-dev libopenmpi-dev openmpi-bin python3-torch python3-matplotlib time iperf3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
