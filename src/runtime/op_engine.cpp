@@ -216,6 +216,8 @@ void OpEngine::charge_early(int src, uint64_t bytes) {
 }
 
 void OpEngine::fail_if_departed(Active& op) {
+  // Every op starts here: while no rank has left, skip building the list of ranks.
+  if (std::find(departed_.begin(), departed_.end(), true) == departed_.end()) return;
   // A rank that finalized sent everything it ever will before its Bye; an op still
   // waiting on it, or still owing it data, cannot finish.
   auto waiting = op.op->waiting_on();
