@@ -64,27 +64,29 @@ bool direct_exchange(const CollectiveSpec& s) {
 CollectiveOp::CollectiveOp(CollectiveSpec spec) : spec_(std::move(spec)) {
   elem_ = dtype_size(spec_.dtype);
   plan();
-  std::set<int> sources;
-  std::set<int> destinations;
+  // Collected with repeats, then sorted and deduplicated: a set would cost an allocation
+  // per rank, and small ops are paid for per allocation.
   for (Chunk& ch : plan_) {
     if (ch.mode == Mode::ReduceBcast || ch.mode == Mode::Reduce) {
       const auto& kids = ch.reduce->children(spec_.rank);
       ch.partials.resize(kids.size());
       ch.arrived.assign(kids.size(), false);
       ch.pending = kids.size();
-      sources.insert(kids.begin(), kids.end());
-      if (ch.reduce->parent(spec_.rank) >= 0) destinations.insert(ch.reduce->parent(spec_.rank));
+      sources_.insert(sources_.end(), kids.begin(), kids.end());
+      if (ch.reduce->parent(spec_.rank) >= 0) destinations_.push_back(ch.reduce->parent(spec_.rank));
     }
     if (ch.mode == Mode::ReduceBcast || ch.mode == Mode::Bcast) {
-      if (ch.bcast->parent(spec_.rank) >= 0) sources.insert(ch.bcast->parent(spec_.rank));
+      if (ch.bcast->parent(spec_.rank) >= 0) sources_.push_back(ch.bcast->parent(spec_.rank));
       const auto& down = ch.bcast->children(spec_.rank);
-      destinations.insert(down.begin(), down.end());
+      destinations_.insert(destinations_.end(), down.begin(), down.end());
     }
-    if (ch.route_from >= 0) sources.insert(ch.route_from);
-    if (ch.route_to >= 0) destinations.insert(ch.route_to);
+    if (ch.route_from >= 0) sources_.push_back(ch.route_from);
+    if (ch.route_to >= 0) destinations_.push_back(ch.route_to);
   }
-  sources_.assign(sources.begin(), sources.end());
-  destinations_.assign(destinations.begin(), destinations.end());
+  for (std::vector<int>* ranks : {&sources_, &destinations_}) {
+    std::sort(ranks->begin(), ranks->end());
+    ranks->erase(std::unique(ranks->begin(), ranks->end()), ranks->end());
+  }
   if (spec_.norms && spec_.kind == OpKind::Allreduce) {
     local_left_ = chunks();
     for (const Chunk& ch : plan_) rooted_left_ += ch.reduce->parent(spec_.rank) < 0 ? 1 : 0;
@@ -178,8 +180,11 @@ void CollectiveOp::plan_direct() {
   const uint64_t block = spec_.count;
   scratch_.resize(block * static_cast<uint64_t>(spec_.size) * elem_);
   work_ = scratch_.data();
+  plan_.reserve(static_cast<size_t>(spec_.size));
+  std::vector<const Graph*> star(1);
   for (int b = 0; b < spec_.size; ++b) {
-    add_chunks(Mode::Bcast, b * block, block, {}, {&spec_.strategy->pairs[b].broadcast}, b);
+    star[0] = &spec_.strategy->pairs[b].broadcast;
+    add_chunks(Mode::Bcast, b * block, block, {}, star, b);
   }
 }
 
