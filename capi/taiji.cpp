@@ -371,7 +371,7 @@ taiji_status_t taiji_request_test(taiji_request_t* request) {
 taiji_status_t taiji_request_wait(taiji_request_t* request, int64_t timeout_ms) {
   if (request == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
   if (request->io_thread == std::this_thread::get_id()) return TAIJI_ERR_INVALID_ARGUMENT;
-  if (request->state->held_by(std::this_thread::get_id())) {
+  if (request->state->held_by(taiji::group_thread_token())) {
     return invalid(request->peer, "the op is held in a group this thread has still open; call taiji_group_end first");
   }
   taiji::Status s;

@@ -317,20 +317,24 @@ TAIJI_API taiji_status_t taiji_set_topology(taiji_peer_t *peer, const taiji_topo
 
 /* ---- groups ------------------------------------------------------------------------- *
  * Ops the calling thread posts between taiji_group_start and taiji_group_end on a peer
- * are held, then handed to the peer together when the group ends, as with NCCL's
- * ncclGroupStart/End. Their requests are returned at once, but nothing starts before the
- * end, and their deadlines count from it. A batch of small allreduces posted in one group
- * is fused as a whole (TAIJI_FUSION=on) instead of in the pieces the peer happened to see
- * while the caller was still posting, and costs one hand-over instead of one per op.
+ * (collectives, taiji_set_topology, taiji_step_mark) are held, then handed to the peer
+ * together when the group ends, as with NCCL's ncclGroupStart/End. Their requests are
+ * returned at once, but nothing starts before the end, and their deadlines count from it.
+ * A batch of small allreduces posted in one group is fused as a whole (TAIJI_FUSION=on)
+ * instead of in the pieces the peer happened to see while the caller was still posting,
+ * and costs one hand-over instead of one per op.
  *  - Groups belong to the calling thread and nest: only the outermost end hands over.
- *    Other threads' posts are not held.
+ *    Other threads' posts are not held: ops they post before the end start first (after a
+ *    held taiji_set_topology, still on the old topology). A thread must end its groups
+ *    before it exits; ops it leaves held wait until the peer closes, which fails them.
  *  - Inside a group, a blocking call (request == NULL) fails with ERR_INVALID_ARGUMENT
  *    (nothing posted): it would wait for an end that cannot come. So does
  *    taiji_request_wait on a held request from the thread holding it (the request stays
  *    valid; wait again after the end). taiji_request_test reports TAIJI_IN_PROGRESS.
  *  - A post inside a group still checks its arguments and fails at once as outside one.
- *  - Finalize or abort fails held ops (ERR_FINALIZED, ERR_ABORTED); so does an end after
- *    the peer closed, which then returns ERR_FINALIZED. */
+ *  - Finalize, abort and destroy fail held ops (ERR_FINALIZED, ERR_ABORTED, ERR_ABORTED).
+ *    Posts after that fail with ERR_FINALIZED as outside a group; the end then has nothing
+ *    to hand over and returns TAIJI_OK. */
 
 /* Opens a group (or one more level of it) on the calling thread. */
 TAIJI_API taiji_status_t taiji_group_start(taiji_peer_t *peer);

@@ -268,6 +268,8 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
   const uint64_t version = grad.value()->version();
   auto user = std::make_shared<RequestState>(version, std::move(user_callback));
   user->set_topology_digest(grad.value()->topology_digest());
+  // Held in the caller's group exactly as long as the gradient's own op is.
+  user->hold_with(grad.value());
 
   if (variance) {
     PostArgs c;

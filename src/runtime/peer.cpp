@@ -203,6 +203,7 @@ Status Peer::bootstrap() {
 }
 
 Peer::~Peer() {
+  fail_groups({Code::Aborted, "peer destroyed while the op's group was still open"});
   if (thread_.joinable()) {
     bool closing;
     {

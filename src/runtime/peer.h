@@ -59,9 +59,11 @@ class Peer final : private LoopBaton::Driver {
   int size() const { return config_.size; }
   const Config& config() const { return config_; }
 
-  // Checks the arguments, reserves (name, version) and hands the op to the I/O thread.
+  // Checks the arguments, reserves (name, version) and hands the op to the I/O thread,
+  // or holds it in the calling thread's open group.
   Result<std::shared_ptr<RequestState>> post(PostArgs args);
-  // post() for the runtime's own ops (statistics, monitoring): names under "taiji." allowed.
+  // post() for the runtime's own ops (statistics, monitoring): names under "taiji." allowed,
+  // never held in a group (they may be posted by whichever thread runs the loop).
   Result<std::shared_ptr<RequestState>> post_internal(PostArgs args);
   // A collective: every peer proposes a topology (an empty strategy: automatic choice by
   // size); if all agree, ops posted after this call use it; otherwise all get Mismatch and
@@ -107,14 +109,15 @@ class Peer final : private LoopBaton::Driver {
   // False (fn dropped) once the loop has closed.
   bool run_on_loop(std::function<void()> fn);
   Result<PostedOp> prepare(PostArgs& args);
-  // Hands a prepared op's start to the I/O thread, or holds it in the calling thread's
-  // open group. Fails (releasing the op's name) once the peer is closed.
-  Status queue(const std::shared_ptr<PostedOp>& op, std::function<void()> task);
+  Result<std::shared_ptr<RequestState>> post_op(PostArgs args, bool holdable);
+  // Hands a prepared op's start to the I/O thread, or (holdable) holds it in the calling
+  // thread's open group. Fails (releasing the op's name) once the peer is closed.
+  Status queue(const std::shared_ptr<PostedOp>& op, std::function<void()> task, bool holdable);
   // Held posts that will never start (the peer closed): their requests end with `why`,
   // on the loop while it runs (where user callbacks belong), else on the calling thread.
   void fail_held(std::vector<HeldPost> posts, const Status& why);
-  // Every thread's held posts, as the peer closes.
-  void fail_groups(const Status& why) { fail_held(groups_.take_all(), why); }
+  // Every thread's held posts, as the peer closes; later posts in a group are refused.
+  void fail_groups(const Status& why) { fail_held(groups_.close(), why); }
   // I/O thread: gives an op its graphs (the current topology, or the size rule).
   void bind(PostedOp& op) const;
   // The default table's built-in for an op of this size.

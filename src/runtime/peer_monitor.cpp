@@ -93,7 +93,7 @@ Result<std::shared_ptr<RequestState>> Peer::step_mark(int64_t timeout_ms,
       bind(*op);
       engine_->start(std::move(*op));
     });
-  });
+  }, true);
   if (!s.is_ok()) return s;
   return request;
 }

@@ -126,10 +126,11 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
   return op;
 }
 
-Status Peer::queue(const std::shared_ptr<PostedOp>& op, std::function<void()> task) {
+Status Peer::queue(const std::shared_ptr<PostedOp>& op, std::function<void()> task, bool holdable) {
   HeldPost post{op, std::move(task)};
-  if (groups_.hold(post)) return {};
-  if (run_on_loop(std::move(post.task))) return {};
+  const PostGroups::Hold held = holdable ? groups_.hold(post) : PostGroups::Hold::NotHeld;
+  if (held == PostGroups::Hold::Held) return {};
+  if (held == PostGroups::Hold::NotHeld && run_on_loop(std::move(post.task))) return {};
   names_.release(op->name, op->version);
   return {Code::Finalized, "peer is finalized or aborted"};
 }
@@ -140,19 +141,25 @@ Status Peer::group_end() {
   if (!s.is_ok() || posts.empty()) return s;
   // An op's deadline counts from its hand-over: it could not start while held.
   const uint64_t now = monotonic_ns();
-  auto batch = std::make_shared<std::vector<std::function<void()>>>();
   for (HeldPost& p : posts) {
     p.op->posted_ns = now;
     p.op->request->release_hold();
-    batch->push_back(std::move(p.task));
   }
-  // One task: the loop takes the whole group up before anything else it runs.
-  if (run_on_loop([batch] {
-        for (auto& task : *batch) task();
-      })) {
-    return {};
+  std::shared_ptr<std::vector<HeldPost>> batch;
+  try {
+    batch = std::make_shared<std::vector<HeldPost>>(std::move(posts));
+    // One task: the loop takes the whole group up before anything else it runs.
+    if (run_on_loop([batch] {
+          for (HeldPost& p : *batch) p.task();
+        })) {
+      return {};
+    }
+  } catch (...) {
+    // Out of memory: the ops must still end, and their names come free.
+    fail_held(batch ? std::move(*batch) : std::move(posts), {Code::NoMemory, "out of memory handing the group over"});
+    throw;
   }
-  fail_held(std::move(posts), {Code::Finalized, "peer is finalized or aborted"});
+  fail_held(std::move(*batch), {Code::Finalized, "peer is finalized or aborted"});
   return {Code::Finalized, "peer is finalized or aborted: the group's ops failed"};
 }
 
@@ -172,10 +179,14 @@ void Peer::fail_held(std::vector<HeldPost> posts, const Status& why) {
 
 Result<std::shared_ptr<RequestState>> Peer::post(PostArgs args) {
   if (args.name.rfind("taiji.", 0) == 0) return invalid("op names starting with 'taiji.' are reserved");
-  return post_internal(std::move(args));
+  return post_op(std::move(args), true);
 }
 
 Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
+  return post_op(std::move(args), false);
+}
+
+Result<std::shared_ptr<RequestState>> Peer::post_op(PostArgs args, bool holdable) {
   auto prepared = prepare(args);
   if (!prepared.is_ok()) return prepared.status();
   auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
@@ -198,7 +209,7 @@ Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
       engine_->start(std::move(*op));
       transport_->uncork();
     });
-  });
+  }, holdable);
   if (!s.is_ok()) return s;
   return request;
 }
@@ -250,7 +261,7 @@ Result<std::shared_ptr<RequestState>> Peer::set_topology(BoundStrategy proposed,
       gate_ = true;
       engine_->start(std::move(*op));
     });
-  });
+  }, true);
   if (!s.is_ok()) return s;
   return request;
 }

@@ -10,7 +10,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "common/status.h"
 #include "runtime/loop_baton.h"
@@ -41,15 +40,21 @@ class RequestState {
   uint64_t version() const { return version_; }
   // The final status's message once completed, "" before; stable from then on.
   const char* error_text() const;
-  // Posted inside a group still open on `holder` (runtime/post_groups.h): a wait there
-  // would never end. Set before the request is handed out, cleared when the group ends.
-  void hold(std::thread::id holder) {
+  // Posted inside a group still open on the thread with this group_thread_token()
+  // (runtime/post_groups.h): a wait there would never end. Set before the request is
+  // handed out, cleared when the group ends or the peer closes.
+  void hold(uint64_t holder) {
     holder_ = holder;
     held_.store(true, std::memory_order_release);
   }
   void release_hold() { held_.store(false, std::memory_order_release); }
-  bool held_by(std::thread::id thread) const {
-    return held_.load(std::memory_order_acquire) && holder_ == thread;
+  // Before the request is handed out: it is held whenever `inner` is (an op the caller
+  // sees as one request but the runtime posted as another).
+  void hold_with(const std::shared_ptr<const RequestState>& inner) { hold_with_ = inner; }
+  bool held_by(uint64_t thread) const {
+    if (held_.load(std::memory_order_acquire) && holder_ == thread) return true;
+    auto inner = hold_with_.lock();  // gone: it completed, so it is held no longer
+    return inner && inner->held_by(thread);
   }
   // Digest of the graphs the op runs on (0 until it started).
   uint64_t topology_digest() const { return topology_digest_; }
@@ -66,7 +71,8 @@ class RequestState {
   std::atomic<bool> done_flag_{false};   // done_, readable without the lock
   std::atomic<uint64_t> topology_digest_{0};
   std::atomic<bool> held_{false};
-  std::thread::id holder_;               // written once, before the request is shared
+  uint64_t holder_ = 0;                  // written once, before the request is shared
+  std::weak_ptr<const RequestState> hold_with_;  // set once, before the request is shared
   Callback callback_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;

@@ -207,3 +207,124 @@ TEST_CASE("group: finalize and abort fail the ops an open group holds", "[group]
     check_no_failures(failures);
   }
 }
+
+TEST_CASE("group: an allreduce with gradient statistics is held like any op; the runtime's own posts are not",
+          "[group]") {
+  constexpr int n = 2;
+  Failures failures;
+  failures.add_all(run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
+    cfg.batch_size = 8;
+    taiji_grad_stats_t* stats = nullptr;
+    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    std::vector<float> grad(256), plain(64);
+    for (int round = 0; round < 3; ++round) {
+      for (size_t i = 0; i < grad.size(); ++i) grad[i] = static_cast<float>((i % 7) + rank + round);
+      std::fill(plain.begin(), plain.end(), 1.0f);
+      taiji_op_options_t opt = op_options(10000);
+      opt.grad_stats = stats;
+      taiji_op_options_t plain_opt = op_options(10000);
+      taiji_request_t* g = nullptr;
+      taiji_request_t* p = nullptr;
+      const std::string tag = " round " + std::to_string(round);
+      if (round == 0) {
+        // Posted in a group: the statistics op's own request is held with it.
+        failures.expect_status(rank, "start", taiji_group_start(peer), TAIJI_OK);
+        failures.expect_status(rank, "post grad",
+                               taiji_allreduce(peer, "gs/w", grad.data(), grad.data(), grad.size(), TAIJI_F32,
+                                               TAIJI_SUM, &opt, &g),
+                               TAIJI_OK);
+        failures.expect_status(rank, "wait on held grad", taiji_request_wait(g, 5000), TAIJI_ERR_INVALID_ARGUMENT);
+        failures.expect_status(rank, "end", taiji_group_end(peer), TAIJI_OK);
+        failures.expect_status(rank, "grad" + tag, wait_bounded(peer, g, 20000, failures, rank, "grad"), TAIJI_OK);
+      } else {
+        // Posted outside, then waited inside a group: the statistics' companion ops,
+        // posted by whichever thread runs the loop, must not be caught in that group.
+        failures.expect_status(rank, "post grad" + tag,
+                               taiji_allreduce(peer, "gs/w", grad.data(), grad.data(), grad.size(), TAIJI_F32,
+                                               TAIJI_SUM, &opt, &g),
+                               TAIJI_OK);
+        failures.expect_status(rank, "post plain" + tag,
+                               taiji_allreduce(peer, "gs/plain", plain.data(), plain.data(), plain.size(),
+                                               TAIJI_F32, TAIJI_SUM, &plain_opt, &p),
+                               TAIJI_OK);
+        failures.expect_status(rank, "start" + tag, taiji_group_start(peer), TAIJI_OK);
+        failures.expect_status(rank, "plain" + tag, wait_bounded(peer, p, 20000, failures, rank, "plain"), TAIJI_OK);
+        failures.expect_status(rank, "grad" + tag, wait_bounded(peer, g, 20000, failures, rank, "grad"), TAIJI_OK);
+        failures.expect_status(rank, "end" + tag, taiji_group_end(peer), TAIJI_OK);
+        failures.expect(rank, plain[0] == static_cast<float>(n), "plain allreduce result" + tag);
+      }
+      for (size_t i = 0; i < grad.size(); ++i) {
+        const float want = static_cast<float>(2 * ((i % 7) + round) + 1);
+        if (grad[i] != want) {
+          failures.add(rank, "grad" + tag + " element " + std::to_string(i) + ": " + std::to_string(grad[i]));
+          break;
+        }
+      }
+      taiji_request_free(g);
+      taiji_request_free(p);
+    }
+    taiji_grad_stats_destroy(stats);
+  }));
+  check_no_failures(failures);
+}
+
+TEST_CASE("group: destroy without finalize fails held ops", "[group]") {
+  taiji_request_t* held = nullptr;
+  CallbackLog log;
+  PeerOptions options;
+  options.finalize = false;
+  std::vector<float> buf(32, 1.0f);
+  Failures failures;
+  failures.add_all(run_peers(1, [&](taiji_peer_t* peer, int rank) {
+    taiji_op_options_t opt = op_options(10000);
+    opt.callback = record_callback;
+    opt.user_data = &log;
+    failures.expect_status(rank, "start", taiji_group_start(peer), TAIJI_OK);
+    failures.expect_status(rank, "post",
+                           taiji_allreduce(peer, "destroyed/a", buf.data(), buf.data(), buf.size(), TAIJI_F32,
+                                           TAIJI_SUM, &opt, &held),
+                           TAIJI_OK);
+  }, options));
+  check_no_failures(failures);
+  REQUIRE(held != nullptr);
+  // The request outlives its peer; the op ended when the peer went.
+  CHECK(taiji_request_test(held) == TAIJI_ERR_ABORTED);
+  CHECK(std::string(taiji_request_error(held)).find("group was still open") != std::string::npos);
+  CHECK(await_calls(log, 1, std::chrono::milliseconds(5000)));
+  CHECK(log.status.load() == TAIJI_ERR_ABORTED);
+  taiji_request_free(held);
+}
+
+TEST_CASE("group: a thread that exits with a group open leaves no group to a later thread", "[group]") {
+  Failures failures;
+  taiji_request_t* left = nullptr;
+  PeerOptions options;
+  options.finalize_ok = [](int, taiji_status_t) { return true; };
+  std::vector<float> buf(32, 1.0f);
+  failures.add_all(run_peers(1, [&](taiji_peer_t* peer, int rank) {
+    taiji_op_options_t opt = op_options(10000);
+    std::thread leaver([&] {
+      failures.expect_status(rank, "start", taiji_group_start(peer), TAIJI_OK);
+      failures.expect_status(rank, "post",
+                             taiji_allreduce(peer, "left/a", buf.data(), buf.data(), buf.size(), TAIJI_F32,
+                                             TAIJI_SUM, &opt, &left),
+                             TAIJI_OK);
+    });
+    leaver.join();
+    // Later threads (the system may give them the leaver's id) have no group open.
+    for (int i = 0; i < 4; ++i) {
+      std::thread later([&] {
+        failures.expect_status(rank, "later thread's blocking barrier", taiji_barrier(peer, "left/b", &opt, nullptr),
+                               TAIJI_OK);
+      });
+      later.join();
+    }
+    failures.expect_status(rank, "left op before finalize", taiji_request_test(left), TAIJI_IN_PROGRESS);
+    taiji_peer_finalize(peer);
+    failures.expect_status(rank, "left op after finalize", wait_bounded(peer, left, 10000, failures, rank, "left"),
+                           TAIJI_ERR_FINALIZED);
+    taiji_request_free(left);
+  }, options));
+  check_no_failures(failures);
+}
