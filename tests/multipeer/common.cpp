@@ -480,6 +480,21 @@ taiji_status_t wait_bounded(taiji_peer_t* peer, taiji_request_t* request, int64_
   return s;
 }
 
+void wait_and_check(taiji_peer_t* peer, int rank, int n, const std::vector<ReduceCase>& cases,
+                    std::vector<taiji_request_t*>& reqs, const std::vector<std::vector<uint8_t>>& out,
+                    const std::string& prefix, const std::string& suffix, Failures& failures) {
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const std::string name = prefix + std::to_string(k) + suffix;
+    if (reqs[k] == nullptr) continue;
+    taiji_status_t s = wait_bounded(peer, reqs[k], 40000, failures, rank, name);
+    taiji_request_free(reqs[k]);
+    reqs[k] = nullptr;
+    if (!failures.expect_status(rank, name, s, TAIJI_OK)) continue;
+    std::string err = check_reduce(cases[k], n, out[k].data());
+    if (!err.empty()) failures.add(rank, name + ": " + err);
+  }
+}
+
 taiji_op_options_t op_options(int64_t timeout_ms, const char* topology) {
   taiji_op_options_t o = TAIJI_OP_OPTIONS_INIT;
   o.timeout_ms = timeout_ms;

@@ -87,6 +87,11 @@ std::string check_reduce(const ReduceCase& c, int n, const void* out);
 taiji_status_t wait_bounded(taiji_peer_t* peer, taiji_request_t* request, int64_t timeout_ms,
                             Failures& failures, int rank, const std::string& what);
 
+// Waits for every posted request (bounded), frees it, and checks out[k] against the serial
+// reference of cases[k] over n ranks; failures name op k as prefix + k + suffix.
+void wait_and_check(taiji_peer_t* peer, int rank, int n, const std::vector<ReduceCase>& cases,
+                    std::vector<taiji_request_t*>& reqs, const std::vector<std::vector<uint8_t>>& out,
+                    const std::string& prefix, const std::string& suffix, Failures& failures);
 // Options with a deadline, so a hang becomes a failure rather than a stuck test.
 taiji_op_options_t op_options(int64_t timeout_ms = 20000, const char* topology = nullptr);
 

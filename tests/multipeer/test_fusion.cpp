@@ -264,15 +264,7 @@ TEST_CASE("fusion: batch after batch through reused buffers, every result is its
                                                c.op, &opt, &reqs[k]),
                                TAIJI_OK);
       }
-      for (size_t k = 0; k < cases.size(); ++k) {
-        const std::string name = "reuse/" + std::to_string(k) + " batch " + std::to_string(b);
-        if (reqs[k] == nullptr) continue;
-        taiji_status_t s = wait_bounded(peer, reqs[k], 40000, failures, rank, name);
-        taiji_request_free(reqs[k]);
-        if (!failures.expect_status(rank, name, s, TAIJI_OK)) continue;
-        std::string err = check_reduce(cases[k], n, out[k].data());
-        if (!err.empty()) failures.add(rank, name + ": " + err);
-      }
+      wait_and_check(peer, rank, n, cases, reqs, out, "reuse/", " batch " + std::to_string(b), failures);
     }
   }));
   check_no_failures(failures);

@@ -73,15 +73,7 @@ TEST_CASE("group: a batch posted in one group is fused whole, in one round per b
                                TAIJI_OK);
       }
       failures.expect_status(rank, "group_end", taiji_group_end(peer), TAIJI_OK);
-      for (size_t k = 0; k < ops; ++k) {
-        const std::string name = "group/" + std::to_string(k) + " batch " + std::to_string(b);
-        if (reqs[k] == nullptr) continue;
-        taiji_status_t s = wait_bounded(peer, reqs[k], 40000, failures, rank, name);
-        taiji_request_free(reqs[k]);
-        if (!failures.expect_status(rank, name, s, TAIJI_OK)) continue;
-        std::string err = check_reduce(cases[k], n, out[k].data());
-        if (!err.empty()) failures.add(rank, name + ": " + err);
-      }
+      wait_and_check(peer, rank, n, cases, reqs, out, "group/", " batch " + std::to_string(b), failures);
     }
     // Each rank listed a whole batch in the first round it took part in: the lists agreed,
     // so every batch took exactly one round and ran as one fused allreduce per (dtype,
