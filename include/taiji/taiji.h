@@ -332,6 +332,8 @@ TAIJI_API taiji_status_t taiji_set_topology(taiji_peer_t *peer, const taiji_topo
  *    taiji_request_wait on a held request from the thread holding it (the request stays
  *    valid; wait again after the end). taiji_request_test reports TAIJI_IN_PROGRESS.
  *  - A post inside a group still checks its arguments and fails at once as outside one.
+ *    Until the end, other peers' stall warnings (TAIJI_STALL_WARN_MS) count it as not
+ *    posted here.
  *  - Finalize, abort and destroy fail held ops (ERR_FINALIZED, ERR_ABORTED, ERR_ABORTED).
  *    Posts after that fail with ERR_FINALIZED as outside a group; the end then has nothing
  *    to hand over and returns TAIJI_OK. */

@@ -595,7 +595,8 @@ void OpEngine::answer_query(int src, const FrameHeader& h, const std::string& na
   m.header.type = MsgType::Answer;
   m.header.op_kind = h.op_kind;
   m.header.op_version = h.op_version;
-  m.header.chunk = names_->posted(name, h.op_version) ? 1 : 0;
+  const bool posted = names_->posted(name, h.op_version) && !(opt_.held && opt_.held(name, h.op_version));
+  m.header.chunk = posted ? 1 : 0;
   m.name = name;
   transport_->send(src, std::move(m));
 }

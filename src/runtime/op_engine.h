@@ -32,6 +32,9 @@ struct EngineOptions {
   uint64_t stall_warn_ms = 10000;
   // Counts, times and records every op; nullptr: no metrics.
   Metrics* metrics = nullptr;
+  // Whether a reserved (name, version) is still held in a caller's open group: it counts
+  // as not posted when a stalled op's watchdog asks. Unset: nothing is held.
+  std::function<bool(const std::string&, uint64_t)> held;
 };
 
 struct PostedOp {

@@ -56,6 +56,7 @@ Peer::Peer(const Config& config)
   eo.eager_bytes = config_.eager_bytes;
   eo.unexpected_bytes = config_.unexpected_bytes;
   eo.stall_warn_ms = static_cast<uint64_t>(config_.stall_warn_ms);
+  eo.held = [this](const std::string& name, uint64_t version) { return groups_.holds(name, version); };
   engine_ = std::make_unique<OpEngine>(&loop_, eo, &names_);
   engine_->set_fatal_handler([this](const Status& s) { set_error(s); });
   engine_->set_timeout_handler([this](const Status& s) { dump_flight_recorder(s); });

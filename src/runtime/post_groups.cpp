@@ -46,6 +46,17 @@ PostGroups::Hold PostGroups::hold(HeldPost& post) {
   return Hold::Held;
 }
 
+bool PostGroups::holds(const std::string& name, uint64_t version) const {
+  if (open_.load() == 0) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [thread, group] : groups_) {
+    for (const HeldPost& p : group.posts) {
+      if (p.op->version == version && p.op->name == name) return true;
+    }
+  }
+  return false;
+}
+
 std::vector<HeldPost> PostGroups::close() {
   std::vector<HeldPost> all;
   std::lock_guard<std::mutex> lock(mu_);

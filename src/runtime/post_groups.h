@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -42,6 +43,8 @@ class PostGroups {
   // Keeps the post if the calling thread has a group open (its request then reports
   // being held by this thread); Closed: the peer is closing, the post must fail.
   Hold hold(HeldPost& post);
+  // Whether some thread holds the op (name, version); for diagnostics (a scan).
+  bool holds(const std::string& name, uint64_t version) const;
   // The posts held by every thread (the peer is closing); later posts are refused and
   // the groups stay open, empty, until their ends.
   std::vector<HeldPost> close();

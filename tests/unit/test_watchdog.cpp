@@ -38,8 +38,9 @@ class LogCapture {
   std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
 };
 
-// Three peers allreduce "late" once; rank 2 posts it `delay_ms` after the others.
-void run_late_allreduce(int64_t stall_warn_ms, int delay_ms) {
+// Three peers allreduce "late" once; rank 2 posts it `delay_ms` after the others, or
+// (grouped) at once but inside a group it ends `delay_ms` later.
+void run_late_allreduce(int64_t stall_warn_ms, int delay_ms, bool grouped = false) {
   auto server = RendezvousServer::start("127.0.0.1", 0);
   REQUIRE(server.is_ok());
   const std::string address = "127.0.0.1:" + std::to_string(server.value()->port());
@@ -61,7 +62,8 @@ void run_late_allreduce(int64_t stall_warn_ms, int delay_ms) {
       if (!config.is_ok()) return void(failures[r] = config.status().message());
       auto peer = Peer::create(config.value());
       if (!peer.is_ok()) return void(failures[r] = peer.status().message());
-      if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      if (r == 2 && !grouped) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      if (r == 2 && grouped) peer.value()->group_start();
       std::vector<int32_t> send(16, r + 1);
       std::vector<int32_t> recv(16, 0);
       PostArgs args;
@@ -73,6 +75,11 @@ void run_late_allreduce(int64_t stall_warn_ms, int delay_ms) {
       args.dtype = DType::I32;
       auto req = peer.value()->post(std::move(args));
       if (!req.is_ok()) return void(failures[r] = req.status().message());
+      if (r == 2 && grouped) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        Status ended = peer.value()->group_end();
+        if (!ended.is_ok()) return void(failures[r] = "group_end: " + ended.message());
+      }
       Status s;
       if (!req.value()->wait_for(20000, &s)) return void(failures[r] = "allreduce did not finish");
       if (!s.is_ok()) return void(failures[r] = s.message());
@@ -97,6 +104,13 @@ TEST_CASE("watchdog: a stalled op is logged with the ranks that have not posted 
   LogCapture capture;
   run_late_allreduce(200, 1500);
   // Ranks 0 and 1 each asked every rank and each logged the same finding once.
+  CHECK(capture.count("stall: allreduce 'late' version 1 posted here") == 2);
+  CHECK(capture.count("rank(s) 2 have not posted it") == 2);
+}
+
+TEST_CASE("watchdog: an op held in an open group counts as not posted", "[watchdog]") {
+  LogCapture capture;
+  run_late_allreduce(200, 1500, true);
   CHECK(capture.count("stall: allreduce 'late' version 1 posted here") == 2);
   CHECK(capture.count("rank(s) 2 have not posted it") == 2);
 }
