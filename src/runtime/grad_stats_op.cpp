@@ -88,7 +88,8 @@ struct Join : std::enable_shared_from_this<Join> {
     c.dtype = DType::F64;
     c.redop = RedOp::Sum;
     c.callback = [self = shared_from_this()](const Status& st) { self->done(st); };
-    auto r = peer->post_internal(std::move(c));
+    // Never held: it may go out from the loop, as the gradient's norms are counted.
+    auto r = peer->post_internal(std::move(c), false);
     // Posting failed (the peer closed meanwhile): nothing will report for it.
     if (!r.is_ok()) done(r.status());
   }
@@ -282,7 +283,9 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
     c.dtype = DType::F64;
     c.redop = RedOp::Sum;
     c.callback = [join](const Status& s) { join->done(s); };
-    auto r = peer.post_internal(std::move(c));
+    // Held with the gradient when the caller is in a group: every peer must see it in the
+    // same place among the caller's ops (a topology swap held before it, say).
+    auto r = peer.post_internal(std::move(c), true);
     if (!r.is_ok()) join->done(r.status());
   }
   bool go;
@@ -300,7 +303,8 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
     join->posted = true;
     finished = join->pending == 0;
   }
-  if (finished) join->complete(user);
+  // Every reduction already ended: the caller's callback still runs on the I/O thread.
+  if (finished && !peer.run_on_loop([join, user] { join->complete(user); })) join->complete(user);
   return user;
 }
 

@@ -62,9 +62,10 @@ class Peer final : private LoopBaton::Driver {
   // Checks the arguments, reserves (name, version) and hands the op to the I/O thread,
   // or holds it in the calling thread's open group.
   Result<std::shared_ptr<RequestState>> post(PostArgs args);
-  // post() for the runtime's own ops (statistics, monitoring): names under "taiji." allowed,
-  // never held in a group (they may be posted by whichever thread runs the loop).
-  Result<std::shared_ptr<RequestState>> post_internal(PostArgs args);
+  // post() for the runtime's own ops (statistics, monitoring): names under "taiji." allowed.
+  // Holdable only where the caller's own thread posts it alongside the caller's op (a
+  // companion that must keep its place in the group); ops posted from the loop never are.
+  Result<std::shared_ptr<RequestState>> post_internal(PostArgs args, bool holdable);
   // A collective: every peer proposes a topology (an empty strategy: automatic choice by
   // size); if all agree, ops posted after this call use it; otherwise all get Mismatch and
   // keep the old one.
@@ -88,6 +89,9 @@ class Peer final : private LoopBaton::Driver {
   // op would stop the very loop that completes it. User callbacks run nowhere else, also
   // while a waiter runs the loop (runtime/loop_baton.h).
   bool on_io_thread() const;
+  // Runs fn on the I/O thread, after the tasks handed over before it (posts included);
+  // false (fn dropped) once the loop has closed.
+  bool run_on_loop(std::function<void()> fn);
   std::thread::id io_thread_id() const { return io_thread_id_; }
 
   // Monitoring (peer_monitor.cpp). The registry lives as long as the peer.
@@ -106,8 +110,6 @@ class Peer final : private LoopBaton::Driver {
  private:
   explicit Peer(const Config& config);
   Status bootstrap();
-  // False (fn dropped) once the loop has closed.
-  bool run_on_loop(std::function<void()> fn);
   Result<PostedOp> prepare(PostArgs& args);
   Result<std::shared_ptr<RequestState>> post_op(PostArgs args, bool holdable);
   // Hands a prepared op's start to the I/O thread, or (holdable) holds it in the calling

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <new>
 
 #include "monitor/log.h"
 #include "runtime/peer.h"
@@ -128,9 +129,15 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
 
 Status Peer::queue(const std::shared_ptr<PostedOp>& op, std::function<void()> task, bool holdable) {
   HeldPost post{op, std::move(task)};
-  const PostGroups::Hold held = holdable ? groups_.hold(post) : PostGroups::Hold::NotHeld;
-  if (held == PostGroups::Hold::Held) return {};
-  if (held == PostGroups::Hold::NotHeld && run_on_loop(std::move(post.task))) return {};
+  try {
+    const PostGroups::Hold held = holdable ? groups_.hold(post) : PostGroups::Hold::NotHeld;
+    if (held == PostGroups::Hold::Held) return {};
+    if (held == PostGroups::Hold::NotHeld && run_on_loop(std::move(post.task))) return {};
+  } catch (const std::bad_alloc&) {
+    // Neither held nor handed over: the name comes free for a retry.
+    names_.release(op->name, op->version);
+    throw;
+  }
   names_.release(op->name, op->version);
   return {Code::Finalized, "peer is finalized or aborted"};
 }
@@ -167,14 +174,20 @@ void Peer::fail_held(std::vector<HeldPost> posts, const Status& why) {
   if (posts.empty()) return;
   // Released now: the holding thread may wait for the failure right after this returns.
   for (HeldPost& p : posts) p.op->request->release_hold();
-  auto failed = std::make_shared<std::vector<HeldPost>>(std::move(posts));
-  auto fail = [this, failed, why] {
-    for (HeldPost& p : *failed) {
+  auto fail_all = [this, why](std::vector<HeldPost>& ps) {
+    for (HeldPost& p : ps) {
       names_.release(p.op->name, p.op->version);
       p.op->request->complete(why);
     }
   };
-  if (!run_on_loop(fail)) fail();
+  std::shared_ptr<std::vector<HeldPost>> failed;
+  try {
+    failed = std::make_shared<std::vector<HeldPost>>(std::move(posts));
+    if (run_on_loop([failed, fail_all]() mutable { fail_all(*failed); })) return;
+  } catch (const std::bad_alloc&) {
+    // No memory to hand them over: they still end, here, rather than stay pending.
+  }
+  fail_all(failed ? *failed : posts);
 }
 
 Result<std::shared_ptr<RequestState>> Peer::post(PostArgs args) {
@@ -182,8 +195,8 @@ Result<std::shared_ptr<RequestState>> Peer::post(PostArgs args) {
   return post_op(std::move(args), true);
 }
 
-Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args) {
-  return post_op(std::move(args), false);
+Result<std::shared_ptr<RequestState>> Peer::post_internal(PostArgs args, bool holdable) {
+  return post_op(std::move(args), holdable);
 }
 
 Result<std::shared_ptr<RequestState>> Peer::post_op(PostArgs args, bool holdable) {

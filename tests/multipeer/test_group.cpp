@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <string>
@@ -256,6 +257,59 @@ TEST_CASE("group: an allreduce with gradient statistics is held like any op; the
       taiji_request_free(g);
       taiji_request_free(p);
     }
+    taiji_grad_stats_destroy(stats);
+  }));
+  check_no_failures(failures);
+}
+
+TEST_CASE("group: the element-variance companion keeps its place behind a held topology swap", "[group]") {
+  // Rank 0 holds a swap and a statistics allreduce in a group; the others post both
+  // outside one. The squares' own allreduce must run after the swap on every rank (three
+  // ranks: with two, a ring and the automatic choice are the same graph).
+  constexpr int n = 3;
+  constexpr size_t count = 64;
+  Failures failures;
+  failures.add_all(run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
+    cfg.batch_size = 8;
+    cfg.element_variance = 1;
+    taiji_grad_stats_t* stats = nullptr;
+    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    taiji_topology_t* ring = nullptr;
+    if (!failures.expect_status(rank, "ring", taiji_topology_from_text(peer, "ring", 0, &ring), TAIJI_OK)) {
+      taiji_grad_stats_destroy(stats);
+      return;
+    }
+    std::vector<double> grad(count);
+    for (size_t i = 0; i < count; ++i) grad[i] = static_cast<double>(i % 5 + static_cast<size_t>(rank));
+    taiji_op_options_t opt = op_options(10000);
+    opt.grad_stats = stats;
+    taiji_op_options_t swap_opt = op_options(10000);
+    taiji_request_t* swap = nullptr;
+    taiji_request_t* g = nullptr;
+    if (rank == 0) failures.expect_status(rank, "start", taiji_group_start(peer), TAIJI_OK);
+    failures.expect_status(rank, "post swap", taiji_set_topology(peer, ring, &swap_opt, &swap), TAIJI_OK);
+    failures.expect_status(rank, "post grad",
+                           taiji_allreduce(peer, "gv/w", grad.data(), grad.data(), count, TAIJI_F64, TAIJI_SUM,
+                                           &opt, &g),
+                           TAIJI_OK);
+    if (rank == 0) failures.expect_status(rank, "end", taiji_group_end(peer), TAIJI_OK);
+    failures.expect_status(rank, "swap", wait_bounded(peer, swap, 20000, failures, rank, "swap"), TAIJI_OK);
+    failures.expect_status(rank, "grad", wait_bounded(peer, g, 20000, failures, rank, "grad"), TAIJI_OK);
+    for (size_t i = 0; i < count; ++i) {
+      if (grad[i] != static_cast<double>(3 * (i % 5) + 3)) {
+        failures.add(rank, "grad element " + std::to_string(i) + ": " + std::to_string(grad[i]));
+        break;
+      }
+    }
+    // Element i is a, a + 1, a + 2 on the three ranks: variance 2/3 in every element.
+    double l2 = 0, sum = 0;
+    failures.expect_status(rank, "variance", taiji_grad_stats_tensor_variance(stats, "gv/w", &l2, &sum), TAIJI_OK);
+    failures.expect(rank, std::abs(l2 - 16.0 / 3) < 1e-9 && std::abs(sum - 128.0 / 3) < 1e-9,
+                    "variance l2 " + std::to_string(l2) + " sum " + std::to_string(sum));
+    taiji_request_free(swap);
+    taiji_request_free(g);
+    taiji_topology_destroy(ring);
     taiji_grad_stats_destroy(stats);
   }));
   check_no_failures(failures);
