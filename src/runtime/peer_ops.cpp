@@ -183,7 +183,7 @@ void Peer::fail_held(std::vector<HeldPost> posts, const Status& why) {
   std::shared_ptr<std::vector<HeldPost>> failed;
   try {
     failed = std::make_shared<std::vector<HeldPost>>(std::move(posts));
-    if (run_on_loop([failed, fail_all]() mutable { fail_all(*failed); })) return;
+    if (run_on_loop([failed, fail_all] { fail_all(*failed); })) return;
   } catch (const std::bad_alloc&) {
     // No memory to hand them over: they still end, here, rather than stay pending.
   }
