@@ -35,12 +35,13 @@ bool LoopBaton::wait_by_driving(const std::atomic<bool>& done, uint64_t window_n
     int lent = kLent;
     if (state_.compare_exchange_strong(lent, kDriven, std::memory_order_acquire)) {
       const bool left = driver_->drive(done, window_ns, hard_ns);
+      const bool owed = driver_->owes_io_thread();
       drove = true;
       // Before the give-back: an I/O thread taking the loop back must not lend it again
       // to a waiter that has stopped asking.
       wanting_.fetch_sub(1, std::memory_order_relaxed);
-      state_.store(kLent, std::memory_order_release);
-      if (left) wake_io();
+      state_.store(owed ? kReturning : kLent, std::memory_order_release);
+      if (left || owed) wake_io();
       break;
     }
     if (lent == kClosed || progress_now_ns() >= ask_until) break;
@@ -65,6 +66,8 @@ void LoopBaton::lend_and_park() {
   for (;;) {
     cv_.wait_for(lock, std::chrono::nanoseconds(park_ns), [this] { return woken_; });
     woken_ = false;
+    int back = kReturning;
+    if (state_.compare_exchange_strong(back, kIo, std::memory_order_acq_rel)) return;
     int lent = kLent;
     if (state_.compare_exchange_strong(lent, kIo, std::memory_order_acq_rel)) return;
     // A waiter runs the loop: it makes progress for everyone, so look again later.

@@ -13,7 +13,9 @@
 // takes it again at no cost. The parked I/O thread takes it back itself after a short
 // park (growing while waiters keep using it), or at once when a waiter stopped with work
 // left in the loop. So ops posted and never waited on, timers and peers' traffic wait at
-// most one park for the loop.
+// most one park for the loop. Work that only the I/O thread may do (user callbacks) makes
+// the give-back final: no waiter takes the loop again until the I/O thread has had it, or
+// a caller waiting op after op would win every race for it and starve the callbacks.
 //
 // Ownership passes through state_ with acquire/release, which orders everything the loop
 // touched between the threads.
@@ -37,6 +39,10 @@ class LoopBaton {
     // until sleeping pays better than polling. True if the loop has work left that the
     // I/O thread should take up at once (ops in flight, posts, deferred callbacks).
     virtual bool drive(const std::atomic<bool>& done, uint64_t window_ns, uint64_t hard_ns) = 0;
+    // Called by the driving waiter right after drive(): whether the loop holds work that
+    // only the I/O thread may do (user callbacks). The loop then goes back to the I/O
+    // thread before any waiter may take it again.
+    virtual bool owes_io_thread() const = 0;
 
    protected:
     ~Driver() = default;
@@ -56,7 +62,8 @@ class LoopBaton {
   void close() { state_.store(kClosed, std::memory_order_release); }
 
  private:
-  enum State : int { kIo, kLent, kDriven, kClosed };
+  // kReturning: given back with work for the I/O thread; only the I/O thread takes it.
+  enum State : int { kIo, kLent, kDriven, kReturning, kClosed };
   void wake_io();
 
   Driver* const driver_;

@@ -140,6 +140,8 @@ class Peer final : private LoopBaton::Driver {
   bool poll(SpinWindow& window, uint64_t* seen, uint64_t* bytes);
   // A waiter, holding the baton: runs the loop on its own thread (LoopBaton::Driver).
   bool drive(const std::atomic<bool>& done, uint64_t window_ns, uint64_t hard_ns) override;
+  // Callbacks deferred while a waiter drove: the I/O thread must run them.
+  bool owes_io_thread() const override { return !deferred_.empty(); }
   // Loop owner: no op in flight, none held back by a topology change.
   bool ops_idle() const;
   // Loop owner: whether the loop has work the I/O thread should take up now.

@@ -35,8 +35,10 @@ class FakeLoop : public LoopBaton::Driver {
     while (!done.load() && progress_now_ns() < until) progress_pause();
     return leave_work;
   }
+  bool owes_io_thread() const override { return owe_io; }
   std::shared_ptr<RequestState> target;  // set while no waiter runs
   std::atomic<bool> leave_work{false};
+  std::atomic<bool> owe_io{false};       // every drive leaves work only the I/O thread may do
   std::atomic<int> drives{0};
   std::atomic<std::thread::id> driver_thread;
 };
@@ -123,6 +125,26 @@ TEST_CASE("the I/O thread takes the loop back at once when the waiter left work"
   REQUIRE(request->wait_for(10000, &s));
   CHECK(loop.drives == 1);
   CHECK(eventually([&] { return io.reclaims() == 1; }, 10000));
+}
+
+TEST_CASE("work only the I/O thread may do is not starved by back-to-back waiters", "[baton]") {
+  // Every wait here leaves the I/O thread something to do (user callbacks, in a peer),
+  // and so wakes it. The next waiter asks for the loop within a microsecond of the
+  // give-back, long before the woken I/O thread runs: it must not get the loop until the
+  // I/O thread has had it.
+  FakeLoop loop;
+  loop.leave_work = true;
+  loop.owe_io = true;
+  auto baton = std::make_shared<LoopBaton>(&loop, 60000 * kMs);
+  FakeIoThread io(baton, &loop);
+  constexpr int kWaits = 200;
+  for (int v = 1; v <= kWaits; ++v) {
+    auto request = driven_request(loop, baton, static_cast<uint64_t>(v));
+    REQUIRE(request->wait_for(10000, nullptr));
+  }
+  CHECK(loop.drives == kWaits);
+  // The I/O thread had the loop after every wait, the last one included.
+  CHECK(eventually([&] { return io.reclaims() == kWaits; }, 10000));
 }
 
 TEST_CASE("a parked I/O thread takes an unused loop back after its park", "[baton]") {
