@@ -215,6 +215,22 @@ void OpEngine::charge_early(int src, uint64_t bytes) {
   }
 }
 
+void OpEngine::drop_partial_early(int src) {
+  EarlyData* partial = rx_early_[src];
+  if (partial == nullptr) return;
+  rx_early_[src] = nullptr;
+  for (auto e = early_.begin(); e != early_.end(); ++e) {
+    auto& list = e->second.data;
+    auto pos = std::find_if(list.begin(), list.end(), [&](const auto& d) { return d.get() == partial; });
+    if (pos == list.end()) continue;
+    const uint64_t bytes = partial->payload.size() + item_cost(e->first.first);
+    list.erase(pos);
+    if (list.empty() && e->second.readies.empty() && e->second.abort.is_ok()) early_.erase(e);
+    release_early_bytes(bytes);
+    return;
+  }
+}
+
 void OpEngine::fail_if_departed(Active& op) {
   // Every op starts here: while no rank has left, skip building the list of ranks.
   if (std::find(departed_.begin(), departed_.end(), true) == departed_.end()) return;
@@ -404,6 +420,11 @@ Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& 
     return {};
   }
   if (h.type != MsgType::Data) return {Code::Protocol, "unexpected frame type"};
+  // A transport hands over one frame at a time per source; a second one inside the first
+  // (a mailbox record slipped into a TCP payload) would take over its receive state.
+  if (rx_op_[src] != nullptr || rx_early_[src] != nullptr) {
+    return {Code::Protocol, "a data frame from rank " + std::to_string(src) + " began inside another"};
+  }
   auto it = ops_.find(key);
   if (it != ops_.end()) {
     Active& op = *it->second;
@@ -444,7 +465,8 @@ Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& 
   *target = data->payload.data();
   rx_early_[src] = data.get();
   early_[key].data.push_back(std::move(data));
-  charge_early(src, h.payload_len + item_cost(name));
+  // Counted now, paused (if over the cap) once the payload is in: frame_done.
+  early_bytes_ += h.payload_len + item_cost(name);
   return {};
 }
 
@@ -497,7 +519,7 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
     early->complete = true;
     // The op may have been posted, or even have ended, while this payload arrived.
     bool ended = op == nullptr && (!closed_.is_ok() || names_->is_past(name, h.op_version));
-    if (op == nullptr && !ended) return;
+    if (op == nullptr && !ended) return charge_early(src, 0);
     auto e = early_.find(key);
     auto& list = e->second.data;
     auto pos = std::find_if(list.begin(), list.end(), [&](const auto& d) { return d.get() == early; });
@@ -524,7 +546,7 @@ void OpEngine::link_down(int src, bool graceful, const Status& why) {
     rx_op_[src] = nullptr;
     op->receiving--;
   }
-  rx_early_[src] = nullptr;
+  drop_partial_early(src);
   std::vector<Key> keys;
   for (auto& [key, op] : ops_) keys.push_back(key);
   if (!graceful) {

@@ -109,7 +109,11 @@ class OpEngine final : public ReceiveHandler {
   Status plan_mismatch(const Active& op, const Status& why) const;
   // Drops what is held for key (but payloads still being read), releasing its bytes.
   void discard_early(const Key& key);
+  // Counts bytes held early; past the cap, reads from src pause (call only between frames:
+  // a pause inside one would stop the very payload that frees the bytes).
   void charge_early(int src, uint64_t bytes);
+  // The early frame src was sending when its link went down: dropped, its bytes released.
+  void drop_partial_early(int src);
   Status check_match(const Active& op, const FrameHeader& h) const;
   void mismatch(Active& op, const Status& why);
   void fail(Active& op, const Status& why);

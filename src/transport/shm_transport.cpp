@@ -204,6 +204,10 @@ Status ShmTransport::deliver_mail(int src, bool any_time) {
   // Not again from inside a delivery (a handler dropping the link of a rank that said Bye
   // reaches link_down from here): the record being delivered is not popped yet.
   if (link.in == nullptr || link.delivering) return {};
+  // Nor while a TCP frame's payload is still arriving: its handler holds that frame's
+  // receive state until frame_done. (Mail for the frame after it waits anyway; only a
+  // misbehaving peer tags a record so that it could be delivered here.)
+  if (link.tcp_in_frame) return {};
   link.delivering = true;
   struct Done {
     bool* flag;
@@ -274,11 +278,13 @@ Status ShmTransport::accept_frame(int src, const FrameHeader& h, const std::stri
     *target = nullptr;
     return {};
   }
+  links_[src].tcp_in_frame = true;
   return dispatch_accept(src, h, name, in_memory, target);
 }
 
 void ShmTransport::frame_done(int src, const FrameHeader& h, const std::string& name) {
   Link& link = links_[src];
+  link.tcp_in_frame = false;
   link.tcp_done++;
   if (link.down) return;
   dispatch_done(src, h, name);

@@ -112,6 +112,7 @@ class ShmTransport final : public Transport, public ReceiveHandler {
     bool paused = false;                     // the handler wants no frames from it now
     bool down = false;                       // link_down reported: nothing more
     bool delivering = false;                 // inside deliver_mail
+    bool tcp_in_frame = false;               // a TCP frame's payload is being read
   };
 
   // Sends msg, through the ring when it is bulk and the ring is up. False (msg untouched)

@@ -76,3 +76,46 @@ TEST_CASE("backpressure: a sender far ahead of its receiver is throttled, not bu
   failures.add_all(lines);
   check_no_failures(failures);
 }
+
+TEST_CASE("backpressure: an early frame larger than the cap is read whole before reads pause",
+          "[backpressure]") {
+  // One eager 1 MiB frame against 256 KiB of early-arrival space: the frame alone crosses
+  // the cap. Pausing as its header arrives would leave its payload unread for good, and
+  // nothing else frees the space; the broadcast (and the link) would hang until timeout.
+  ScopedEnv cap("TAIJI_UNEXPECTED_BYTES", "256K");
+  ScopedEnv eager("TAIJI_EAGER_BYTES", "1M");
+  ScopedEnv chunk("TAIJI_CHUNK_BYTES", "1M");
+  const char* shm = GENERATE("off", "auto");
+  CAPTURE(shm);
+  ScopedEnv transport("TAIJI_SHM", shm);
+  constexpr size_t kCount = (1 << 20) / sizeof(int32_t);
+  Failures failures;
+  auto lines = run_peers(2, [&](taiji_peer_t* peer, int rank) {
+    std::vector<int32_t> buf(kCount, rank == 1 ? 7 : 0);
+    for (size_t j = 0; j < kCount; j += 4099) buf[j] = rank == 1 ? static_cast<int32_t>(j) : 0;
+    taiji_op_options_t opt = TAIJI_OP_OPTIONS_INIT;
+    opt.timeout_ms = 10000;
+    // Rank 1's whole frame arrives before rank 0 posts.
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (!failures.expect_status(rank, "broadcast",
+                                taiji_broadcast(peer, "bp.big", buf.data(), kCount, TAIJI_I32, 1, &opt, nullptr),
+                                TAIJI_OK)) {
+      return;
+    }
+    for (size_t j = 0; j < kCount; ++j) {
+      const int32_t want = j % 4099 == 0 ? static_cast<int32_t>(j) : 7;
+      if (buf[j] != want) {
+        failures.add(rank, "element " + std::to_string(j) + " is " + std::to_string(buf[j]));
+        break;
+      }
+    }
+    // The link carries on.
+    int32_t x = rank + 1;
+    failures.expect_status(rank, "allreduce after",
+                           taiji_allreduce(peer, "bp.after", &x, &x, 1, TAIJI_I32, TAIJI_SUM, &opt, nullptr),
+                           TAIJI_OK);
+    failures.expect(rank, x == 3, "allreduce after: " + std::to_string(x));
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
