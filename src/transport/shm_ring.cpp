@@ -36,6 +36,7 @@ uint64_t record_span(uint64_t len) { return (len + kShmRecordAlign - 1) / kShmRe
 // What /proc/<pid>/fd/<fd> of a ring points to; anything else is never opened.
 constexpr const char* kMemfdName = "taiji-ring";
 constexpr const char* kMemfdLink = "/memfd:taiji-ring ";
+constexpr int kSizeSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
 Status sys_error(const std::string& what) { return {Code::Io, what + ": " + std::strerror(errno)}; }
 
@@ -130,7 +131,7 @@ Result<ShmSegment> ShmSegment::create(uint64_t capacity) {
     return Status{Code::InvalidArgument, "ring size " + std::to_string(capacity) + " out of range"};
   }
   ShmSegment seg;
-  seg.fd_ = memfd_create(kMemfdName, MFD_CLOEXEC);
+  seg.fd_ = memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (seg.fd_ < 0) return sys_error("memfd_create");
   seg.mapped_bytes_ = kHeaderPage + kShmMailboxBytes + capacity;
   const auto bytes = static_cast<off_t>(seg.mapped_bytes_);
@@ -141,6 +142,8 @@ Result<ShmSegment> ShmSegment::create(uint64_t capacity) {
     errno = rc;
     return sys_error("fallocate");
   }
+  // Sealed at its size: neither side can shrink it under the other's copy (a SIGBUS).
+  if (fcntl(seg.fd_, F_ADD_SEALS, kSizeSeals) != 0) return sys_error("seal");
   void* p = mmap(nullptr, seg.mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                  seg.fd_, 0);
   if (p == MAP_FAILED) return sys_error("mmap");
@@ -180,6 +183,9 @@ Result<ShmSegment> ShmSegment::open(const ShmSegmentInfo& info) {
   if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != seg.mapped_bytes_) {
     return Status{Code::Protocol, path + " is not the offered ring (size " +
                                       std::to_string(st.st_size) + ")"};
+  }
+  if ((fcntl(seg.fd_, F_GET_SEALS) & kSizeSeals) != kSizeSeals) {
+    return Status{Code::Protocol, path + " is not sealed at its size"};
   }
   void* p = mmap(nullptr, seg.mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                  seg.fd_, 0);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -274,6 +275,29 @@ TEST_CASE("shm open refuses a segment that is not the one offered", "[shm]") {
   created.value().close_fd();
   CHECK_FALSE(ShmSegment::open(info).is_ok());
   CHECK(ShmSegment::create(16).status().code() == Code::InvalidArgument);
+}
+
+TEST_CASE("shm segment is sealed at its size; an unsealed one is refused", "[shm]") {
+  // A peer that could shrink the ring would make the other side's next copy a SIGBUS.
+  auto created = ShmSegment::create(kCap);
+  REQUIRE(created.is_ok());
+  const ShmSegmentInfo info = created.value().info();
+  const std::string path = "/proc/self/fd/" + std::to_string(info.fd);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  CHECK(ftruncate(fd, 4096) != 0);
+  close(fd);
+  REQUIRE(ShmSegment::open(info).is_ok());
+
+  int unsealed = memfd_create("taiji-ring", MFD_CLOEXEC);
+  REQUIRE(unsealed >= 0);
+  REQUIRE(ftruncate(unsealed, static_cast<off_t>(4096 + kShmMailboxBytes + kCap)) == 0);
+  ShmSegmentInfo forged = info;
+  forged.fd = static_cast<uint32_t>(unsealed);
+  Status refused = ShmSegment::open(forged).status();
+  CHECK(refused.code() == Code::Protocol);
+  CHECK_THAT(refused.message(), Catch::Contains("is not sealed at its size"));
+  close(unsealed);
 }
 
 TEST_CASE("ShmData frames carry exactly a descriptor and are checked like Data", "[shm]") {
