@@ -209,6 +209,8 @@ bool GradStats::tensor_variance(const std::string& name, TensorVariance* out) co
 Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, PostArgs args,
                                                                 std::shared_ptr<GradStats> stats) {
   if (args.kind != OpKind::Allreduce) return invalid("gradient statistics attach to allreduce only");
+  // The element variance reads the input below, before the post would check it.
+  if (Status s = peer.check_args(args); !s.is_ok()) return s;
   if (!dtype_is_float(args.dtype)) return invalid("gradient statistics need a float dtype");
   if (args.redop != RedOp::Sum && args.redop != RedOp::Avg) {
     return invalid("gradient statistics need a SUM or AVG allreduce");

@@ -72,8 +72,10 @@ Peer::Peer(const Config& config)
     FusionHooks hooks;
     hooks.bind_internal = [this](PostedOp& op) { bind_by_size(op); };
     hooks.start = [this](PostedOp op) { engine_->start(std::move(op)); };
+    // Only ops posted on the automatic topology are fused: one that leaves fusion keeps
+    // it, whatever the topology has become since.
     hooks.start_unfused = [this](PostedOp op) {
-      bind(op);
+      bind_by_size(op);
       engine_->start(std::move(op));
     };
     hooks.defer = [this](std::function<void()> fn) { run_on_loop(std::move(fn)); };
@@ -183,6 +185,8 @@ Status Peer::bootstrap() {
     if (baton_) baton_->close();
     run_deferred_callbacks();
   });
+  // Set before the first post can read it (with one rank nothing below waits for the loop).
+  io_thread_id_ = thread_.get_id();
   if (config_.size == 1) return {};
   auto connected = std::make_shared<std::promise<Status>>();
   auto result = connected->get_future();

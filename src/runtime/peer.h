@@ -103,6 +103,9 @@ class Peer final : private LoopBaton::Driver {
   Result<std::shared_ptr<RequestState>> step_mark(int64_t timeout_ms, RequestState::Callback callback);
   // Pings every other rank and waits for the replies (at most timeout_ms). Blocks.
   Status probe_rtt(int64_t timeout_ms);
+  // The checks every post makes of its arguments (name, timeout, root, count, buffers),
+  // for a caller that reads the buffers before posting.
+  Status check_args(const PostArgs& args) const;
 
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;

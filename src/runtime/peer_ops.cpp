@@ -73,7 +73,7 @@ void Peer::open_gate() {
   }
 }
 
-Result<PostedOp> Peer::prepare(PostArgs& args) {
+Status Peer::check_args(const PostArgs& args) const {
   if (args.name.empty()) return invalid("op name is empty");
   if (args.name.size() > config_.max_name_len) {
     return invalid("op name is " + std::to_string(args.name.size()) + " bytes; the cap is " +
@@ -84,6 +84,24 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
     return invalid("root " + std::to_string(args.root) + " is not a rank of this " +
                    std::to_string(config_.size) + "-peer job");
   }
+  size_t elem = dtype_size(args.dtype);
+  if (args.count > (UINT64_MAX >> 4) / elem / static_cast<uint64_t>(config_.size)) {
+    return invalid("count is too large");
+  }
+  CollectiveSpec shape;
+  shape.kind = args.kind;
+  shape.count = args.count;
+  shape.root = args.root;
+  shape.rank = config_.rank;
+  shape.size = config_.size;
+  if (send_elements(shape) > 0 && args.send == nullptr) return invalid("send buffer is NULL with a non-zero count");
+  if (recv_elements(shape) > 0 && args.recv == nullptr) return invalid("receive buffer is NULL with a non-zero count");
+  if (args.kind == OpKind::Consensus && args.agree == nullptr) return invalid("agree output is NULL");
+  return {};
+}
+
+Result<PostedOp> Peer::prepare(PostArgs& args) {
+  if (Status s = check_args(args); !s.is_ok()) return s;
   PostedOp op;
   op.spec.kind = args.kind;
   op.spec.dtype = args.dtype;
@@ -98,13 +116,6 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
   op.spec.size = config_.size;
   // A chunk plus rounding must fit one frame.
   op.spec.chunk_bytes = std::min<uint64_t>(config_.chunk_bytes, config_.max_payload - 8);
-  size_t elem = dtype_size(args.dtype);
-  if (args.count > (UINT64_MAX >> 4) / elem / static_cast<uint64_t>(config_.size)) {
-    return invalid("count is too large");
-  }
-  if (send_elements(op.spec) > 0 && args.send == nullptr) return invalid("send buffer is NULL with a non-zero count");
-  if (recv_elements(op.spec) > 0 && args.recv == nullptr) return invalid("receive buffer is NULL with a non-zero count");
-  if (args.kind == OpKind::Consensus && args.agree == nullptr) return invalid("agree output is NULL");
   BoundStrategy explicit_strategy;
   if (!args.topology.empty()) {
     auto r = resolve_topology(args.topology);
@@ -263,8 +274,10 @@ Result<std::shared_ptr<RequestState>> Peer::set_topology(BoundStrategy proposed,
     } else if (s.is_ok()) {
       result = {Code::Mismatch, "peers proposed different topologies; the old one stays"};
     }
-    // Gated ops start from the loop, not from inside the engine's completion.
-    run_on_loop([this] { open_gate(); });
+    // Gated ops start from the loop, not from inside the engine's completion. A closed
+    // loop runs nothing more: the open_gate that is closing it (on_links_closed) starts
+    // them, each failing at once, and must not stop at this op's gate.
+    if (!run_on_loop([this] { open_gate(); })) gate_ = false;
     return result;
   };
   auto request = op->request;

@@ -247,6 +247,23 @@ TEST_CASE("grad stats: bad use is refused clearly", "[grad_stats]") {
     taiji_grad_stats_read(stats, &r);
     failures.expect(rank, r.skipped == 1 && r.steps == 0, "the non-finite step was not skipped");
     taiji_grad_stats_destroy(stats);
+    // The element variance reads the input before posting: a NULL one must be refused
+    // there, not read.
+    cfg.element_variance = 1;
+    if (!failures.expect_status(rank, "create with variance", taiji_grad_stats_create(peer, &cfg, &stats),
+                                TAIJI_OK)) {
+      return;
+    }
+    opt.grad_stats = stats;
+    failures.expect_status(rank, "NULL input",
+                           taiji_allreduce(peer, "null", nullptr, &f, 1, TAIJI_F32, TAIJI_SUM, &opt, nullptr),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    failures.expect(rank, std::string(taiji_peer_last_error(peer)).find("send buffer is NULL") != std::string::npos,
+                    taiji_peer_last_error(peer));
+    failures.expect_status(rank, "empty name",
+                           taiji_allreduce(peer, "", &f, &f, 1, TAIJI_F32, TAIJI_SUM, &opt, nullptr),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    taiji_grad_stats_destroy(stats);
   });
   failures.add_all(lines);
   check_no_failures(failures);

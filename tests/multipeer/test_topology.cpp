@@ -378,6 +378,53 @@ TEST_CASE("topology: ops held back by an unfinished swap complete when the peer 
   check_no_failures(failures);
 }
 
+TEST_CASE("topology: ops held behind several unfinished swaps end when the peer aborts", "[topology]") {
+  // Three swaps that rank 0 never joins, then an op: the first swap runs, the rest wait at
+  // the gate. When abort ends the first, each later swap fails at once as it starts; the
+  // gate must go on to the op behind them instead of waiting on a loop that has closed.
+  const int n = 2;
+  Failures failures;
+  std::atomic<bool> rank1_done{false};
+  PeerOptions options;
+  options.finalize_ok = [](int rank, taiji_status_t s) {
+    return rank == 1 || s == TAIJI_OK || s == TAIJI_ERR_PEER_LOST;
+  };
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    if (rank == 0) {
+      auto deadline = Clock::now() + std::chrono::seconds(30);
+      while (!rank1_done.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      failures.expect(rank, rank1_done.load(), "rank 1 did not finish within 30 s");
+      return;
+    }
+    Topology ring = from_text(peer, "ring", 0);
+    taiji_op_options_t opt = op_options(30000);
+    std::vector<taiji_request_t*> swaps(3, nullptr);
+    for (auto& swap : swaps) {
+      failures.expect_status(rank, "posting set_topology", taiji_set_topology(peer, ring.get(), &opt, &swap),
+                             TAIJI_OK);
+    }
+    auto held = post_allreduce(peer, rank, "held/behind/swaps", 7, TAIJI_I32, failures);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first swap is running
+    failures.expect_status(rank, "abort", taiji_peer_abort(peer), TAIJI_OK);
+    for (taiji_request_t* swap : swaps) {
+      if (swap == nullptr) continue;
+      wait_bounded(peer, swap, 10000, failures, rank, "set_topology after abort");
+      taiji_status_t s = taiji_request_test(swap);
+      failures.expect(rank, s != TAIJI_IN_PROGRESS && s != TAIJI_OK, "a swap reports " + status_text(s) + " after abort");
+      taiji_request_free(swap);
+    }
+    if (held) {
+      wait_bounded(peer, held->request, 10000, failures, rank, "held op after abort");
+      taiji_status_t s = taiji_request_test(held->request);
+      failures.expect(rank, s == TAIJI_ERR_ABORTED, "the op held behind the swaps reports " + status_text(s));
+      taiji_request_free(held->request);
+    }
+    rank1_done.store(true);
+  }, options);
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
 TEST_CASE("topology: a swap back to the automatic choice with NULL", "[topology]") {
   const int n = GENERATE(1, 3, 5);
   CAPTURE(n);
