@@ -128,7 +128,7 @@ PostedOp Fusion::internal_op(const char* name, uint64_t version, OpKind kind, co
   op.timeout_ms = timeout_ms;
   op.posted_ns = monotonic_ns();
   op.request = std::make_shared<RequestState>(version, nullptr);
-  // Versions rise by one per round or group on every rank alike; a reserve failure would
+  // Versions rise with every round and group on every rank alike; a reserve failure would
   // mean a caller reused the reserved name, which post() refuses.
   (void)names_->reserve(name, version);
   return op;
@@ -192,7 +192,11 @@ void Fusion::on_round(const Round& round, const Status& s) {
     finish(*w, {});
   }
   auto groups = plan_fusion_groups(outcome.agreed, opt_.buffer_bytes);
-  for (const FusionGroup& g : groups) start_group(g);
+  // A group's version comes from the round that settled it (a round settles at most
+  // kRoundSlots ops, so at most as many groups): a rank whose copy of a round failed while
+  // the others' succeeded posts none of its groups, and its later groups cannot meet
+  // theirs (same shapes, other steps' data), as they could with a count of groups.
+  for (size_t i = 0; i < groups.size(); ++i) start_group(groups[i], rounds_ * kRoundSlots + i);
   log().debug("fusion round {}: {} ops settled in {} groups, {} mismatched, {} still waiting", rounds_,
               outcome.agreed.size(), groups.size(), outcome.mismatched.size(), waiting_.size());
   for (auto& [key, w] : waiting_) w->listed = false;
@@ -209,7 +213,7 @@ bool Fusion::defer_settling(const std::vector<std::vector<FusionEntry>>& lists, 
   return defer;
 }
 
-void Fusion::start_group(const FusionGroup& plan) {
+void Fusion::start_group(const FusionGroup& plan, uint64_t version) {
   auto group = std::make_shared<Group>();
   group->plan = plan;
   const uint64_t elem = dtype_size(plan.dtype);
@@ -240,7 +244,7 @@ void Fusion::start_group(const FusionGroup& plan) {
     offset += e.count * elem;
   }
   if (timeout_ms == UINT64_MAX) timeout_ms = opt_.round_timeout_ms;
-  PostedOp op = internal_op(kGroupName, ++groups_, OpKind::Allreduce, &plan, group->send.data(),
+  PostedOp op = internal_op(kGroupName, version, OpKind::Allreduce, &plan, group->send.data(),
                             group->recv.data(), plan.count, timeout_ms);
   op.finish_hook = [this, group](const Status& s) {
     on_group(*group, s);

@@ -5,8 +5,9 @@
 // every rank's list of waiting ops (hashed name, version, count, dtype, reduction). From
 // the same lists every rank computes the same outcome: ops listed by all ranks with one
 // shape are packed, by (dtype, reduction), into buffers of up to buffer_bytes, each run as
-// one allreduce ("taiji.fuse", version = group); ops listed everywhere with different
-// shapes fail with Mismatch on every rank; the rest wait for a later round.
+// one allreduce ("taiji.fuse", version = round * kRoundSlots + its index in the round); ops
+// listed everywhere with different shapes fail with Mismatch on every rank; the rest wait
+// for a later round.
 //
 // Cost: one small allgather per round, amortised over every op it settles, instead of a
 // full allreduce (with its handshake and per-chunk frames) per op. A lone op pays the
@@ -96,7 +97,7 @@ class Fusion {
   // after the next round; one more round (far cheaper than a group) usually settles the
   // batch whole. Decided from the round's lists alone, so every rank decides alike.
   bool defer_settling(const std::vector<std::vector<FusionEntry>>& lists, const FusionOutcome& outcome);
-  void start_group(const FusionGroup& plan);
+  void start_group(const FusionGroup& plan, uint64_t version);
   void on_group(Group& group, const Status& s);
   void finish(Waiting& w, const Status& s);
   // Group buffers are reused (at least `bytes` long, contents left over): a fresh 400 KiB
@@ -112,7 +113,6 @@ class Fusion {
   std::map<Key, std::unique_ptr<Waiting>> waiting_;
   std::vector<std::vector<uint8_t>> spare_;
   uint64_t rounds_ = 0;
-  uint64_t groups_ = 0;
   int deferred_ = 0;             // rounds in a row that left their agreed ops
   size_t running_ = 0;           // ops in groups still running
   bool round_running_ = false;
