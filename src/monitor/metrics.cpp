@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "common/time_limit.h"
 #include "monitor/text_format.h"
 
 namespace taiji {
@@ -163,7 +164,7 @@ Status Metrics::rtt_wait(uint32_t round, const std::vector<int>& peers, int64_t 
     }
     return out;
   };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(clamp_timeout_ms(timeout_ms));
   rtt_cv_.wait_until(lock, deadline, [&] { return silent().empty() || rtt_round_ != round; });
   if (rtt_round_ != round) return {Code::Aborted, "a newer round-trip probe replaced this one"};
   std::vector<int> missing = silent();

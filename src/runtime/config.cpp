@@ -15,6 +15,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/time_limit.h"
 #include "monitor/http_server.h"
 #include "topology/strategies.h"
 #include "topology/text.h"
@@ -36,6 +37,7 @@ constexpr uint64_t kDefaultMaxPayload = 64 * kMiB;
 constexpr uint32_t kDefaultMaxNameLen = 256;
 constexpr int64_t kDefaultHandshakeTimeoutMs = 10000;
 constexpr int64_t kDefaultMaxPending = 64;
+constexpr int64_t kMaxPending = 65536;  // more than any host's file descriptors allow
 constexpr int64_t kDefaultStallWarnMs = 10000;
 constexpr int64_t kDefaultFlightRecorderSize = 256;
 constexpr int64_t kMaxFlightRecorderSize = 1 << 20;
@@ -232,12 +234,16 @@ Status fill_timeout(int64_t* field, const char* name, const char* var, const Env
   if (*field < 0) {
     return config_error(explicit_source(name, *field) + " is not a positive timeout");
   }
-  if (*field > 0) return Status::ok();
+  // Longer than kMaxTimeoutMs counts as that long: in effect no limit.
+  if (*field > 0) {
+    *field = clamp_timeout_ms(*field);
+    return Status::ok();
+  }
   if (const char* v = lookup(env, var)) {
     uint64_t ms = 0;
     Status s = env_int(var, v, 1, static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), &ms);
     if (!s.is_ok()) return s;
-    *field = static_cast<int64_t>(ms);
+    *field = static_cast<int64_t>(std::min<uint64_t>(ms, kMaxTimeoutMs));
     return Status::ok();
   }
   *field = def;
@@ -484,6 +490,10 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
                               "TAIJI_MAX_PENDING_CONNECTIONS", env, kDefaultMaxPending);
       !s.is_ok()) {
     return s;
+  }
+  if (c.max_pending_connections > kMaxPending) {
+    return config_error("max_pending_connections " + std::to_string(c.max_pending_connections) +
+                        " is above " + std::to_string(kMaxPending));
   }
   if (c.stall_warn_ms < -1) {
     return config_error(explicit_source("stall_warn_ms", c.stall_warn_ms) + " is negative");

@@ -3,14 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/time_limit.h"
 #include "runtime/progress.h"
 
 namespace taiji {
-
-namespace {
-// Beyond a year is "no limit": clock arithmetic would overflow.
-constexpr int64_t kNoLimitMs = 365LL * 24 * 3600 * 1000;
-}  // namespace
 
 void RequestState::complete(const Status& status) {
   Callback cb;
@@ -58,7 +54,7 @@ void RequestState::spin(uint64_t now_ns, uint64_t hard_ns) const {
 bool RequestState::wait_for(int64_t timeout_ms, Status* out) const {
   // One deadline for the spin (or the loop a waiter runs, which may go on while it makes
   // progress) and the sleep after it.
-  const bool limited = timeout_ms >= 0 && timeout_ms <= kNoLimitMs;
+  const bool limited = timeout_ms >= 0 && timeout_ms <= kMaxTimeoutMs;
   const uint64_t now = progress_now_ns();
   const uint64_t deadline = limited ? now + static_cast<uint64_t>(timeout_ms) * 1000000 : UINT64_MAX;
   if (spin_ns_ > 0 && timeout_ms != 0) spin(now, deadline);

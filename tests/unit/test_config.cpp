@@ -335,6 +335,9 @@ TEST_CASE("every error names the variable and its value", "[config]") {
       {{{"TAIJI_PROGRESS", "busy"}},
        "progress mode TAIJI_PROGRESS='busy' is not one of adaptive, blocking"},
       {{{"TAIJI_SHM", "on"}}, "shared-memory mode TAIJI_SHM='on' is not one of auto, off"},
+      // Truncated to an int, 4294967296 would be 0 and refuse every connection.
+      {{{"TAIJI_MAX_PENDING_CONNECTIONS", "4294967296"}}, "max_pending_connections 4294967296 is above 65536"},
+      {{{"TAIJI_MAX_PENDING_CONNECTIONS", "65537"}}, "max_pending_connections 65537 is above 65536"},
   };
   for (const Case& c : cases) {
     std::string m = error(c.env);
@@ -383,6 +386,23 @@ TEST_CASE("invalid explicit values are rejected", "[config]") {
   for (const char* topo : {"ring", "tree", "star"}) {
     CHECK(ok({{"TAIJI_TOPOLOGY", topo}}).topology == topo);
   }
+}
+
+TEST_CASE("config: timeouts past a year count as a year, where clock arithmetic cannot overflow",
+          "[config]") {
+  constexpr int64_t kYearMs = 365LL * 24 * 3600 * 1000;
+  Config c = ok({{"TAIJI_TIMEOUT_MS", "9223372036854775807"}, {"TAIJI_INIT_TIMEOUT_MS", "10000000000000"},
+                 {"TAIJI_HANDSHAKE_TIMEOUT_MS", "31536000001"}});
+  CHECK(c.timeout_ms == kYearMs);
+  CHECK(c.init_timeout_ms == kYearMs);
+  CHECK(c.handshake_timeout_ms == kYearMs);
+  Config explicit_values;
+  explicit_values.timeout_ms = INT64_MAX;
+  explicit_values.init_timeout_ms = kYearMs - 1;
+  c = ok({}, explicit_values);
+  CHECK(c.timeout_ms == kYearMs);
+  CHECK(c.init_timeout_ms == kYearMs - 1);
+  CHECK(ok({{"TAIJI_MAX_PENDING_CONNECTIONS", "65536"}}).max_pending_connections == 65536);
 }
 
 TEST_CASE("parse_host_port", "[config]") {
