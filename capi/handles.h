@@ -4,6 +4,7 @@
 #include <taiji/taiji.h>
 
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -18,6 +19,9 @@ struct taiji_peer {
   int size = -1;
   std::mutex error_mu;
   std::string last_error;
+  // What taiji_peer_last_error returned to each thread: valid until that thread's next call
+  // on this peer, whatever other peers or threads do meanwhile.
+  std::map<std::thread::id, std::string> error_copies;
 };
 
 struct taiji_request {

@@ -39,8 +39,6 @@ static_assert(static_cast<int>(taiji::DType::U64) == TAIJI_U64);
 static_assert(static_cast<int>(taiji::DType::BF16) == TAIJI_BF16);
 static_assert(static_cast<int>(taiji::RedOp::Avg) == TAIJI_AVG);
 
-thread_local std::string error_copy;
-
 }  // namespace
 
 namespace taiji_capi {
@@ -287,8 +285,13 @@ const char* taiji_peer_last_error(const taiji_peer_t* peer) {
   if (peer == nullptr) return taiji_capi::init_error.c_str();
   auto* p = const_cast<taiji_peer_t*>(peer);
   std::lock_guard<std::mutex> lock(p->error_mu);
-  error_copy = p->last_error;
-  return error_copy.c_str();
+  try {
+    std::string& copy = p->error_copies[std::this_thread::get_id()];
+    copy = p->last_error;
+    return copy.c_str();
+  } catch (const std::bad_alloc&) {
+    return "out of memory (copying the last error)";
+  }
 }
 
 taiji_status_t taiji_allreduce(taiji_peer_t* peer, const char* name, const void* sendbuf,

@@ -2,7 +2,9 @@
 // run-time swap.
 #include <taiji/taiji.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "handles.h"
@@ -12,6 +14,9 @@
 using namespace taiji_capi;
 
 namespace {
+
+// Up to 4096^2 = 16 Mi parents per graph set for ring or clique: some 130 MB.
+constexpr int kMaxBuiltinRanksWithoutPeer = 4096;
 
 taiji_status_t refuse(const std::string& why, taiji_topology_t** out) {
   init_error = why;
@@ -97,6 +102,15 @@ taiji_status_t taiji_topology_from_text(const taiji_peer_t* peer, const char* te
       return TAIJI_OK;
     }
     if (size < 1) return refuse("size must be at least 1 without a peer", topology);
+    // A built-in is built for `size` ranks, up to size^2 parents; a peer's size is that of
+    // a real job, but here nothing else bounds it. (An explicit text is bounded by its length.)
+    std::string_view body(text);
+    body.remove_prefix(std::min(body.size(), body.find_first_not_of(" \t\r\n")));
+    if (size > kMaxBuiltinRanksWithoutPeer && !body.starts_with("pairs=")) {
+      return refuse("size " + std::to_string(size) + ": without a peer, built-in topologies are made for at most " +
+                        std::to_string(kMaxBuiltinRanksWithoutPeer) + " ranks",
+                    topology);
+    }
     auto parsed = taiji::parse_topology(text, size, {});
     if (!parsed.is_ok()) return refuse(parsed.status().message(), topology);
     // Without a peer the host map is unknown, so even a built-in name is bound by its

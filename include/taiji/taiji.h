@@ -291,7 +291,8 @@ TAIJI_API taiji_status_t taiji_topology_from_edges(int size, int pairs, const in
 
 /* A built-in name or the text form that taiji_topology_text writes. With a peer, built
  * for that peer's job (host-aware shapes use its hosts) and size may be 0; without one,
- * every rank counts as its own host. */
+ * every rank counts as its own host, and a built-in name is made for at most 4096 ranks
+ * (it holds up to size^2 entries). */
 TAIJI_API taiji_status_t taiji_topology_from_text(const taiji_peer_t *peer, const char *text,
                                                   int size, taiji_topology_t **topology);
 

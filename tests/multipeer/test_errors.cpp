@@ -414,6 +414,34 @@ TEST_CASE("errors: invalid arguments are rejected with a message and no side eff
   check_no_failures(failures);
 }
 
+TEST_CASE("errors: each peer's last error text stays valid across calls on another peer", "[errors]") {
+  // Two single-rank peers on one thread: reading the second's (longer) error text must
+  // leave the pointer to the first's intact, as the header promises.
+  taiji_config_t cfg = TAIJI_CONFIG_INIT;
+  taiji_peer_t* a = nullptr;
+  taiji_peer_t* b = nullptr;
+  REQUIRE(taiji_peer_init(&cfg, &a) == TAIJI_OK);
+  REQUIRE(taiji_peer_init(&cfg, &b) == TAIJI_OK);
+  float x = 1;
+  const std::string long_name(300, 'n');
+  CHECK(taiji_allreduce(a, "", &x, &x, 1, TAIJI_F32, TAIJI_SUM, nullptr, nullptr) == TAIJI_ERR_INVALID_ARGUMENT);
+  CHECK(taiji_allreduce(b, long_name.c_str(), &x, &x, 1, TAIJI_F32, TAIJI_SUM, nullptr, nullptr) ==
+        TAIJI_ERR_INVALID_ARGUMENT);
+  const char* text_a = taiji_peer_last_error(a);
+  const std::string copy_a = text_a;
+  const char* text_b = taiji_peer_last_error(b);
+  CHECK_THAT(copy_a, Catch::Contains("empty"));
+  CHECK_THAT(std::string(text_b), Catch::Contains("300 bytes"));
+  CHECK(std::string(text_a) == copy_a);
+  // Another thread's read of the same peer does not move this thread's copy either.
+  std::thread([a] { (void)taiji_peer_last_error(a); }).join();
+  CHECK(std::string(text_a) == copy_a);
+  CHECK(taiji_peer_finalize(a) == TAIJI_OK);
+  CHECK(taiji_peer_finalize(b) == TAIJI_OK);
+  taiji_peer_destroy(a);
+  taiji_peer_destroy(b);
+}
+
 TEST_CASE("errors: an op not posted by every peer times out on its deadline", "[errors]") {
   constexpr int n = 3;
   Failures failures;

@@ -764,6 +764,9 @@ TEST_CASE("topology: invalid graphs are refused and the fault is named", "[topol
       {attempt("text: leading zero", text("pairs=1;n=04;R0:-1,0,0,0|B0:-1,0,0,0")), "offset"},
       {attempt("text: wrong pair index", text("pairs=1;n=4;R1:-1,0,0,0|B1:-1,0,0,0")), "offset"},
       {attempt("text: trailing bytes", text("pairs=1;n=4;R0:-1,0,0,0|B0:-1,0,0,0;")), "offset"},
+      // Built for 100000 ranks, a ring would be 10^10 parents.
+      {attempt("text: built-in for a huge size without a peer", text("ring", 100000)), "at most 4096"},
+      {attempt("text: padded built-in for a huge size", text(" \tclique", 4097)), "at most 4096"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.got.what, c.got.error);
