@@ -27,6 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxHeaderBytes = 8192;
 constexpr auto kClientDeadline = std::chrono::seconds(5);
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 constexpr size_t kMaxClients = 32;
 
 std::string errno_text(int err) { return std::system_category().message(err); }
@@ -65,6 +66,8 @@ struct MetricsServer::Impl {
   Render render;
   std::map<int, Client> clients;
   std::thread thread;
+  // Out of descriptors, the listener stays readable: poll would return at once, forever.
+  Clock::time_point accept_paused_until{};
 
   ~Impl() {
     if (thread.joinable()) {
@@ -115,7 +118,10 @@ struct MetricsServer::Impl {
       int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
-        return;  // EAGAIN, or out of descriptors: the next poll retries
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          accept_paused_until = Clock::now() + kAcceptPause;
+        }
+        return;
       }
       if (clients.size() >= kMaxClients) {
         close(fd);
@@ -152,8 +158,9 @@ struct MetricsServer::Impl {
     for (;;) {
       fds.clear();
       fds.push_back({wake_read, POLLIN, 0});
-      fds.push_back({listen_fd, POLLIN, 0});
-      auto next = Clock::time_point::max();
+      const bool accepting = Clock::now() >= accept_paused_until;
+      fds.push_back({listen_fd, static_cast<short>(accepting ? POLLIN : 0), 0});
+      auto next = accepting ? Clock::time_point::max() : accept_paused_until;
       for (auto& [fd, c] : clients) {
         fds.push_back({fd, static_cast<short>(c.answered ? POLLOUT : POLLIN), 0});
         next = std::min(next, c.deadline);
