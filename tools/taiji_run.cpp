@@ -93,6 +93,8 @@ struct Child {
   pid_t pid = -1;
   bool running = false;
   Stream out, err;
+  // Leads a process group of its own, so that a signal reaches what it started too.
+  bool own_group = false;
 };
 
 class Launcher {
@@ -106,6 +108,8 @@ class Launcher {
   void pump(Stream& s, int rank, bool final_drain);
   void reap();
   void stop(int sig);
+  // Whatever the ranks started that is still running once they have all exited.
+  void kill_leftovers();
   int running_count() const;
   std::string others(int n) const {
     return std::to_string(n) + (n == 1 ? " rank" : " ranks");
@@ -124,12 +128,27 @@ int Launcher::running_count() const {
   return n;
 }
 
+// A rank's whole process group, so that a shell wrapper's children stop with it; also the
+// group of a rank that has exited already, whose children may live on. (A group outlives
+// its leader's pid only while a member lives, and the pid is not reused meanwhile.)
 void Launcher::stop(int sig) {
   stopping_ = true;
   for (auto& c : children_) {
-    if (c.running) kill(c.pid, sig);
+    if (c.own_group) {
+      kill(-c.pid, sig);
+    } else if (c.running) {
+      kill(c.pid, sig);
+    }
   }
   if (sig != SIGKILL && !kill_at_) kill_at_ = Clock::now() + kKillGrace;
+}
+
+void Launcher::kill_leftovers() {
+  for (auto& c : children_) {
+    if (c.own_group && kill(-c.pid, SIGKILL) == 0) {
+      say("killed what rank " + std::to_string(c.rank) + " left running");
+    }
+  }
 }
 
 // Prints every complete line the pipe holds, in one write per call so that a chatty rank
@@ -220,8 +239,12 @@ bool Launcher::spawn(int rank, int local_rank, int local_size, const std::string
     return false;
   }
   pid_t parent = getpid();
+  // Each rank leads a group of its own, but for a rank 0 that reads the terminal we run
+  // in the foreground of: a background group reading it would be stopped (SIGTTIN).
+  const bool own_group = rank != 0 || !isatty(0) || tcgetpgrp(0) != getpgrp();
   pid_t pid = fork();
   if (pid == 0) {
+    if (own_group) setpgid(0, 0);
     // If taiji-run dies (even by SIGKILL), the ranks must not linger; the getppid check
     // covers a parent that died before prctl took effect.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -246,9 +269,11 @@ bool Launcher::spawn(int rank, int local_rank, int local_size, const std::string
     for (int fd : {out_pipe[0], err_pipe[0]}) close(fd);
     return false;
   }
+  // Here too, so that the group exists before any stop() (whichever of the two runs first).
+  if (own_group) setpgid(pid, pid);
   fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
   fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
-  children_.push_back({rank, pid, true, {out_pipe[0], 1, {}}, {err_pipe[0], 2, {}}});
+  children_.push_back({rank, pid, true, {out_pipe[0], 1, {}}, {err_pipe[0], 2, {}}, own_group});
   return true;
 }
 
@@ -445,6 +470,7 @@ int Launcher::run() {
       stop(SIGKILL);
     }
   }
+  kill_leftovers();
   // A rank's own output is all in its pipes once it has exited; a pipe kept open by a
   // grandchild must not hold up the exit, so take only what is there now.
   for (auto& c : children_) {

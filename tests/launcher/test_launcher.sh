@@ -91,6 +91,33 @@ run -np 2 sh -c 'if [ "$TAIJI_RANK" = 1 ]; then kill -9 $$; fi; exec sleep 60'
 grep -q 'rank 1 killed by signal 9' "$TMP/err" || fail "killed rank: no clear message"
 ok "a rank killed by signal 9 makes taiji-run exit 137"
 
+# gone_within SECONDS REGEX: true once no process's full command line matches REGEX.
+gone_within() {
+  local tenths=$(($1 * 10)) i
+  for ((i = 0; i < tenths; i++)); do
+    pgrep -f "$2" >/dev/null || return 0
+    sleep 0.1
+  done
+  pkill -KILL -f "$2" || true
+  return 1
+}
+
+# A rank that is a shell waiting on a child of its own: stopping the rank stops the child.
+# Rank 0 fails once rank 1's child is up.
+rm -f "$TMP/child-up"
+run -np 2 sh -c 'if [ "$TAIJI_RANK" = 0 ]; then
+    while [ ! -e "$0" ]; do sleep 0.05; done; exit 3
+  fi; sleep 987.654 & touch "$0"; wait' "$TMP/child-up"
+[ "$RC" = 3 ] || fail "grandchild: exit code $RC, expected 3"
+gone_within 5 '^sleep 987\.654$' || fail "grandchild: a rank's child outlived the stopped job"
+ok "stopping a rank stops the processes it started"
+
+run -np 1 sh -c 'sleep 876.5 >/dev/null 2>&1 & echo started'
+[ "$RC" = 0 ] || fail "leftover: exit code $RC"
+gone_within 5 '^sleep 876\.5$' || fail "leftover: a rank's background process outlived the job"
+grep -q 'killed what rank 0 left running' "$TMP/err" || fail "leftover: not reported"
+ok "what a rank leaves running when it exits is killed at the end of the job"
+
 run -np 2 --timeout 1 sleep 30
 [ "$RC" = 124 ] || fail "--timeout: exit code $RC, expected 124"
 [ "$ELAPSED_MS" -lt 10000 ] || fail "--timeout: took ${ELAPSED_MS} ms"
