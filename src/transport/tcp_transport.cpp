@@ -110,6 +110,10 @@ struct TcpTransport::Conn {
   uv_stream_t* stream() { return reinterpret_cast<uv_stream_t*>(&tcp); }
 
   void start_reading();
+  // A pause takes effect between frames: stopped inside one, the payload that a handler
+  // pausing for lack of room may be waiting on would never arrive.
+  bool at_boundary() const { return state == State::Header && hdr_have == 0; }
+  void settle_pause();
   void count_read(size_t n) {
     ++owner->read_events_;
     owner->read_bytes_ += n;
@@ -165,6 +169,7 @@ void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   if (c->direct) {
     c->payload_have += static_cast<uint64_t>(nread);
     if (c->payload_have == c->h.payload_len) c->frame_complete();
+    c->settle_pause();
   } else {
     c->end += static_cast<size_t>(nread);
     c->process();
@@ -184,8 +189,14 @@ void TcpTransport::Conn::start_reading() {
   reading = uv_read_start(stream(), on_alloc, on_read) == 0;
 }
 
+void TcpTransport::Conn::settle_pause() {
+  if (!paused || !reading || !at_boundary()) return;
+  uv_read_stop(stream());
+  reading = false;
+}
+
 void TcpTransport::Conn::process() {
-  while (begin < end && !paused && !closing) {
+  while (begin < end && !(paused && at_boundary()) && !closing) {
     size_t avail = end - begin;
     uint8_t* p = buf.data() + begin;
     switch (state) {
@@ -220,6 +231,7 @@ void TcpTransport::Conn::process() {
       }
     }
   }
+  settle_pause();
 }
 
 Status TcpTransport::Conn::consume_header() {
@@ -644,8 +656,7 @@ void TcpTransport::pause_reading(int src) {
   Conn* c = by_rank_[src];
   if (c == nullptr || c->paused) return;
   c->paused = true;
-  if (c->reading) uv_read_stop(c->stream());
-  c->reading = false;
+  c->settle_pause();
 }
 
 void TcpTransport::resume_reading(int src) {

@@ -49,7 +49,8 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual void send(int dst, OutMessage msg) = 0;
-  // Back-pressure: stop and restart reading frames from src.
+  // Back-pressure: stop and restart reading frames from src. A frame already begun is read
+  // to its end first (its frame_done may be what frees the room).
   virtual void pause_reading(int src) = 0;
   virtual void resume_reading(int src) = 0;
   // Bytes queued for dst and not yet handed to the kernel.
