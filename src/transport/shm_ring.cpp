@@ -178,14 +178,17 @@ Result<ShmSegment> ShmSegment::open(const ShmSegmentInfo& info) {
   seg.fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (seg.fd_ < 0) return sys_error("cannot open " + path);
   seg.mapped_bytes_ = kHeaderPage + kShmMailboxBytes + info.capacity;
+  // Sealed first, so that the size checked next stays (F_GET_SEALS fails on anything but
+  // a memfd: a file put in the ring's place is refused too).
+  const int seals = fcntl(seg.fd_, F_GET_SEALS);
+  if (seals < 0 || (seals & kSizeSeals) != kSizeSeals) {
+    return Status{Code::Protocol, path + " is not sealed at its size"};
+  }
   struct stat st {};
   if (fstat(seg.fd_, &st) != 0) return sys_error("fstat " + path);
   if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != seg.mapped_bytes_) {
     return Status{Code::Protocol, path + " is not the offered ring (size " +
                                       std::to_string(st.st_size) + ")"};
-  }
-  if ((fcntl(seg.fd_, F_GET_SEALS) & kSizeSeals) != kSizeSeals) {
-    return Status{Code::Protocol, path + " is not sealed at its size"};
   }
   void* p = mmap(nullptr, seg.mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                  seg.fd_, 0);
