@@ -486,14 +486,18 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
       !s.is_ok()) {
     return s;
   }
-  if (Status s = fill_timeout(&c.max_pending_connections, "max_pending_connections",
-                              "TAIJI_MAX_PENDING_CONNECTIONS", env, kDefaultMaxPending);
-      !s.is_ok()) {
-    return s;
+  if (c.max_pending_connections < 0 || c.max_pending_connections > kMaxPending) {
+    return config_error(explicit_source("max_pending_connections", c.max_pending_connections) +
+                        " is not in 1.." + std::to_string(kMaxPending));
   }
-  if (c.max_pending_connections > kMaxPending) {
-    return config_error("max_pending_connections " + std::to_string(c.max_pending_connections) +
-                        " is above " + std::to_string(kMaxPending));
+  if (c.max_pending_connections == 0) {
+    c.max_pending_connections = kDefaultMaxPending;
+    if (const char* v = lookup(env, "TAIJI_MAX_PENDING_CONNECTIONS")) {
+      uint64_t n = 0;
+      Status s = env_int("TAIJI_MAX_PENDING_CONNECTIONS", v, 1, static_cast<uint64_t>(kMaxPending), &n);
+      if (!s.is_ok()) return s;
+      c.max_pending_connections = static_cast<int64_t>(n);
+    }
   }
   if (c.stall_warn_ms < -1) {
     return config_error(explicit_source("stall_warn_ms", c.stall_warn_ms) + " is negative");

@@ -336,8 +336,9 @@ TEST_CASE("every error names the variable and its value", "[config]") {
        "progress mode TAIJI_PROGRESS='busy' is not one of adaptive, blocking"},
       {{{"TAIJI_SHM", "on"}}, "shared-memory mode TAIJI_SHM='on' is not one of auto, off"},
       // Truncated to an int, 4294967296 would be 0 and refuse every connection.
-      {{{"TAIJI_MAX_PENDING_CONNECTIONS", "4294967296"}}, "max_pending_connections 4294967296 is above 65536"},
-      {{{"TAIJI_MAX_PENDING_CONNECTIONS", "65537"}}, "max_pending_connections 65537 is above 65536"},
+      {{{"TAIJI_MAX_PENDING_CONNECTIONS", "4294967296"}}, "TAIJI_MAX_PENDING_CONNECTIONS='4294967296' is out of range"},
+      {{{"TAIJI_MAX_PENDING_CONNECTIONS", "65537"}}, "TAIJI_MAX_PENDING_CONNECTIONS='65537' is out of range"},
+      {{{"TAIJI_MAX_PENDING_CONNECTIONS", "0"}}, "TAIJI_MAX_PENDING_CONNECTIONS='0'"},
   };
   for (const Case& c : cases) {
     std::string m = error(c.env);
@@ -403,6 +404,9 @@ TEST_CASE("config: timeouts past a year count as a year, where clock arithmetic 
   CHECK(c.timeout_ms == kYearMs);
   CHECK(c.init_timeout_ms == kYearMs - 1);
   CHECK(ok({{"TAIJI_MAX_PENDING_CONNECTIONS", "65536"}}).max_pending_connections == 65536);
+  Config pending;
+  pending.max_pending_connections = 70000;
+  CHECK(contains(error({}, pending), "max_pending_connections=70000 is not in 1..65536"));
 }
 
 TEST_CASE("parse_host_port", "[config]") {
