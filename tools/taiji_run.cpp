@@ -129,8 +129,8 @@ int Launcher::running_count() const {
 }
 
 // A rank's whole process group, so that a shell wrapper's children stop with it; also the
-// group of a rank that has exited already, whose children may live on. (A group outlives
-// its leader's pid only while a member lives, and the pid is not reused meanwhile.)
+// group of a rank that has exited already, whose children may live on. (An exited rank
+// stays a zombie until the end, see reap(), so its group id cannot pass to another.)
 void Launcher::stop(int sig) {
   stopping_ = true;
   for (auto& c : children_) {
@@ -145,9 +145,9 @@ void Launcher::stop(int sig) {
 
 void Launcher::kill_leftovers() {
   for (auto& c : children_) {
-    if (c.own_group && kill(-c.pid, SIGKILL) == 0) {
-      say("killed what rank " + std::to_string(c.rank) + " left running");
-    }
+    if (c.own_group) kill(-c.pid, SIGKILL);
+    // Only now: a reaped rank's pid, and with it its group id, could go to another process.
+    waitpid(c.pid, nullptr, 0);
   }
 }
 
@@ -190,19 +190,22 @@ void Launcher::pump(Stream& s, int rank, bool final_drain) {
   }
 }
 
+// Notes ranks that have ended but leaves them zombies (WNOWAIT): kill_leftovers reaps them.
 void Launcher::reap() {
   for (auto& c : children_) {
     if (!c.running) continue;
-    int st = 0;
-    pid_t r = waitpid(c.pid, &st, WNOHANG);
-    if (r != c.pid) continue;
+    siginfo_t si{};
+    if (waitid(P_PID, static_cast<id_t>(c.pid), &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != c.pid) {
+      continue;
+    }
     c.running = false;
-    bool failed = (WIFEXITED(st) && WEXITSTATUS(st) != 0) || WIFSIGNALED(st);
+    const bool exited = si.si_code == CLD_EXITED;
+    const int status = si.si_status;  // the exit code, or the signal that ended it
+    bool failed = !exited || status != 0;
     if (!failed || stopping_) continue;
-    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    std::string what = WIFEXITED(st) ? "exited with code " + std::to_string(code)
-                                     : "killed by signal " + std::to_string(WTERMSIG(st)) +
-                                           " (" + strsignal(WTERMSIG(st)) + ")";
+    int code = exited ? status : 128 + status;
+    std::string what = exited ? "exited with code " + std::to_string(code)
+                              : "killed by signal " + std::to_string(status) + " (" + strsignal(status) + ")";
     int left = running_count();
     say("rank " + std::to_string(c.rank) + " " + what +
         (left > 0 ? "; stopping the other " + others(left) : ""));
