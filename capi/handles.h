@@ -20,7 +20,8 @@ struct taiji_peer {
   std::mutex error_mu;
   std::string last_error;
   // What taiji_peer_last_error returned to each thread: valid until that thread's next call
-  // on this peer, whatever other peers or threads do meanwhile.
+  // on this peer, whatever other peers or threads do meanwhile. One entry per thread that
+  // ever asked (thread ids are reused: about as many as threads live at once).
   std::map<std::thread::id, std::string> error_copies;
 };
 
