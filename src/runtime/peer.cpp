@@ -141,7 +141,7 @@ Status Peer::bootstrap() {
     // Each peer publishes "address\nhost label": where to dial it, and whom it shares a host with.
     std::string prefix = config_.job_id + "/addr/";
     Status s = client.value()->set(prefix + std::to_string(config_.rank),
-                                   self.value() + "\n" + config_.host_label);
+                                   self.value() + "\n" + config_.host_label, remaining_ms(deadline));
     if (!s.is_ok()) return s;
     for (int r = 0; r < config_.size; ++r) {
       auto value = client.value()->get(prefix + std::to_string(r), remaining_ms(deadline));

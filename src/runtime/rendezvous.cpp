@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "monitor/log.h"
+#include "common/time_limit.h"
 #include "transport/address.h"
 
 namespace taiji {
@@ -30,16 +31,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kMaxKey = 1024;
-constexpr uint32_t kMaxValue = 64 * 1024;
+constexpr uint32_t kMaxKey = kRendezvousMaxKey;
+constexpr uint32_t kMaxValue = kRendezvousMaxValue;
 constexpr size_t kMaxRequest = 1 + 4 + kMaxKey + 4 + kMaxValue;
 // A well-behaved client has one request in flight; anything queued beyond this while a 'G'
 // is parked (or while replies are not being read) is not read further until it drains.
 constexpr size_t kInputCap = 2 * kMaxRequest;
 constexpr size_t kOutputCap = 1 << 20;
-// 'S' carries no deadline on the wire; the server answers it at once, so this bound only
-// matters when the server is wedged or the network is gone.
-constexpr int64_t kSetTimeoutMs = 60000;
 // How long past a 'G''s own timeout the client waits for the server's timeout answer.
 constexpr int64_t kReplyGraceMs = 5000;
 constexpr int kRetrySleepMs = 20;
@@ -78,7 +76,7 @@ int ms_until(Clock::time_point deadline) {
 }
 
 Clock::time_point deadline_after(int64_t ms) {
-  return Clock::now() + std::chrono::milliseconds(std::max<int64_t>(ms, 0));
+  return Clock::now() + std::chrono::milliseconds(clamp_timeout_ms(ms));
 }
 
 std::string sockaddr_text(const sockaddr* sa) {
@@ -135,6 +133,7 @@ struct RendezvousServer::Impl {
   std::thread thread;
 
   std::unordered_map<std::string, std::string> store;
+  uint64_t store_bytes = 0;  // keys and values, bounded by kRendezvousMaxStoreBytes
   std::unordered_map<int, Client> clients;
   std::deque<int> ready;  // clients whose buffered input may now be processable
   Clock::time_point accept_paused_until{};
@@ -237,6 +236,13 @@ void RendezvousServer::Impl::process_input(Client& c) {
       size_t total = 5 + size_t{key_len} + 4 + arg;
       if (avail < total) break;
       std::string value(p + 9 + key_len, arg);
+      auto old = store.find(key);
+      const uint64_t freed = old == store.end() ? 0 : old->first.size() + old->second.size();
+      if (store_bytes - freed + key.size() + value.size() > kRendezvousMaxStoreBytes) {
+        bad("the store is full (" + std::to_string(store_bytes) + " bytes)");
+        break;
+      }
+      store_bytes += key.size() + value.size() - freed;
       pos += total;
       for (auto& [fd, other] : clients) {
         if (other.parked && !other.dead && other.parked_key == key) {
@@ -580,7 +586,7 @@ Result<std::unique_ptr<RendezvousClient>> RendezvousClient::connect(const std::s
                                      std::to_string(timeout_ms) + " ms: " + error);
 }
 
-Status RendezvousClient::set(const std::string& key, const std::string& value) {
+Status RendezvousClient::set(const std::string& key, const std::string& value, int64_t timeout_ms) {
   if (key.size() > kMaxKey || value.size() > kMaxValue) {
     return Status(Code::InvalidArgument,
                   "rendezvous: set '" + key.substr(0, 64) + "': key is " +
@@ -606,7 +612,7 @@ Status RendezvousClient::set(const std::string& key, const std::string& value) {
   req += key;
   put_u32(req, static_cast<uint32_t>(value.size()));
   req += value;
-  auto deadline = deadline_after(kSetTimeoutMs);
+  auto deadline = deadline_after(timeout_ms);
   Io io = send_all(fd_, req, deadline);
   if (io.result != IoResult::Ok) return fail(io_text(io));
   char hdr[5];

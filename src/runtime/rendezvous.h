@@ -6,8 +6,8 @@
 //   request:  op u8 ('S' set | 'G' get), key_len u32, key, then for 'S': value_len u32, value;
 //             for 'G': timeout_ms u32
 //   response: status u8 (0 ok, 1 timeout, 2 bad request), value_len u32, value (for 'G')
-// Keys are at most 1 KiB, values at most 64 KiB; a malformed request closes that client's
-// connection and nothing else.
+// Keys are at most 1 KiB, values at most 64 KiB, and the store holds at most 64 MiB; a
+// malformed request, or a set past that, closes that client's connection and nothing else.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,10 @@
 #include "common/status.h"
 
 namespace taiji {
+
+inline constexpr uint32_t kRendezvousMaxKey = 1024;
+inline constexpr uint32_t kRendezvousMaxValue = 64 * 1024;
+inline constexpr uint64_t kRendezvousMaxStoreBytes = 64 << 20;
 
 class RendezvousServer {
  public:
@@ -42,7 +46,8 @@ class RendezvousClient {
   static Result<std::unique_ptr<RendezvousClient>> connect(const std::string& address,
                                                            int64_t timeout_ms);
   ~RendezvousClient();
-  Status set(const std::string& key, const std::string& value);
+  // Sets the key; fails (Code::Bootstrap) without an answer within timeout_ms.
+  Status set(const std::string& key, const std::string& value, int64_t timeout_ms);
   // Blocks until the key is set or timeout_ms passes (Code::Timeout naming the key).
   Result<std::string> get(const std::string& key, int64_t timeout_ms);
 

@@ -91,7 +91,7 @@ struct RawSocket {
 };
 
 void check_round_trip(RendezvousClient& c, const std::string& key, const std::string& value) {
-  REQUIRE(c.set(key, value).is_ok());
+  REQUIRE(c.set(key, value, 5000).is_ok());
   auto got = c.get(key, 2000);
   INFO(got.status().message());
   REQUIRE(got.is_ok());
@@ -132,7 +132,7 @@ TEST_CASE("rendezvous get blocks until another client sets the key", "[rendezvou
   auto t0 = Clock::now();
   auto setter = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    return writer->set("late", "value").is_ok();
+    return writer->set("late", "value", 5000).is_ok();
   });
   auto got = reader->get("late", 10000);
   auto elapsed = ms_since(t0);
@@ -178,7 +178,7 @@ TEST_CASE("rendezvous serves many clients at once", "[rendezvous]") {
         auto got = c.get("rank/" + std::to_string(j), 10000);
         if (!got.is_ok()) return "early get: " + got.status().message();
       }
-      Status s = c.set("rank/" + std::to_string(i), "addr-" + std::to_string(i));
+      Status s = c.set("rank/" + std::to_string(i), "addr-" + std::to_string(i), 5000);
       if (!s.is_ok()) return "set: " + s.message();
       for (int j = 0; j < kClients; ++j) {
         auto got = c.get("rank/" + std::to_string(j), 10000);
@@ -248,7 +248,7 @@ TEST_CASE("rendezvous survives misbehaving clients", "[rendezvous]") {
   REQUIRE(got.is_ok());
   CHECK(got.value() == "x");
 
-  REQUIRE(good->set("final", "done").is_ok());
+  REQUIRE(good->set("final", "done", 5000).is_ok());
   REQUIRE(parked.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   auto final_value = parked.get();
   INFO(final_value.status().message());
@@ -259,8 +259,8 @@ TEST_CASE("rendezvous survives misbehaving clients", "[rendezvous]") {
 TEST_CASE("rendezvous client rejects oversized keys and values", "[rendezvous]") {
   auto server = start_server();
   auto c = connect_to(addr(*server));
-  CHECK(c->set(std::string(1025, 'k'), "v").code() == Code::InvalidArgument);
-  CHECK(c->set("k", std::string(64 * 1024 + 1, 'v')).code() == Code::InvalidArgument);
+  CHECK(c->set(std::string(1025, 'k'), "v", 5000).code() == Code::InvalidArgument);
+  CHECK(c->set("k", std::string(64 * 1024 + 1, 'v'), 5000).code() == Code::InvalidArgument);
   CHECK(c->get(std::string(1025, 'k'), 10).status().code() == Code::InvalidArgument);
   check_round_trip(*c, "still", "fine");
 }
@@ -312,7 +312,7 @@ TEST_CASE("rendezvous server shutdown fails waiting clients promptly", "[rendezv
   CHECK(got.status().code() == Code::Bootstrap);
   CHECK(ms_since(t0) < 5000);
   // The broken connection reports itself instead of hanging.
-  CHECK(c->set("k", "v").code() == Code::Bootstrap);
+  CHECK(c->set("k", "v", 5000).code() == Code::Bootstrap);
 }
 
 TEST_CASE("rendezvous server refuses an address in use", "[rendezvous]") {
@@ -321,4 +321,53 @@ TEST_CASE("rendezvous server refuses an address in use", "[rendezvous]") {
   REQUIRE_FALSE(second.is_ok());
   CHECK(second.status().code() == Code::Bootstrap);
   CHECK(second.status().message().find(std::to_string(server->port())) != std::string::npos);
+}
+
+TEST_CASE("rendezvous store holds at most 64 MiB; past that a set is refused, gets still work",
+          "[rendezvous]") {
+  auto server = start_server();
+  auto c = connect_to(addr(*server));
+  const std::string value(kRendezvousMaxValue, 'v');
+  int stored = 0;
+  Status refused;
+  for (int i = 0; i < 2000; ++i) {  // 2000 x 64 KiB would be 125 MiB
+    Status s = c->set("big/" + std::to_string(i), value, 5000);
+    if (!s.is_ok()) {
+      refused = s;
+      break;
+    }
+    ++stored;
+  }
+  CHECK(stored > 900);
+  CHECK(stored < 1024);
+  CHECK(refused.code() == Code::Bootstrap);
+  CHECK_THAT(refused.message(), Catch::Contains("rejected as a bad request"));
+  // Overwriting a key with a value no larger fits; the store itself still answers.
+  auto other = connect_to(addr(*server));
+  REQUIRE(other->set("big/0", "small", 5000).is_ok());
+  auto got = other->get("big/1", 1000);
+  REQUIRE(got.is_ok());
+  CHECK(got.value() == value);
+}
+
+TEST_CASE("rendezvous set gives up at its own deadline when the server never answers", "[rendezvous]") {
+  // A listener that accepts nothing: the connection completes in the kernel's backlog, the
+  // request is buffered, and no reply ever comes.
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  REQUIRE(listen(fd, 4) == 0);
+  socklen_t len = sizeof(sa);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  auto c = connect_to("127.0.0.1:" + std::to_string(ntohs(sa.sin_port)));
+  auto t0 = Clock::now();
+  Status s = c->set("k", "v", 300);
+  const int64_t elapsed = ms_since(t0);
+  CHECK(s.code() == Code::Bootstrap);
+  CHECK(elapsed >= 250);
+  CHECK(elapsed < 5000);
+  close(fd);
 }

@@ -31,7 +31,7 @@ std::string FakeMember::dial(const std::string& rendezvous, const std::string& j
   auto client = taiji::RendezvousClient::connect(rendezvous, 10000);
   if (!client.is_ok()) return "rendezvous: " + client.status().message();
   std::string mine = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "\n127.0.0.1";
-  taiji::Status s = client.value()->set(job + "/addr/1", mine);
+  taiji::Status s = client.value()->set(job + "/addr/1", mine, 10000);
   if (!s.is_ok()) return "rendezvous: " + s.message();
   auto theirs = client.value()->get(job + "/addr/0", 10000);
   if (!theirs.is_ok()) return "rendezvous: " + theirs.status().message();
