@@ -17,6 +17,7 @@
 
 #include "common/time_limit.h"
 #include "monitor/http_server.h"
+#include "runtime/rendezvous.h"
 #include "topology/strategies.h"
 #include "topology/text.h"
 
@@ -37,6 +38,8 @@ constexpr uint64_t kDefaultMaxPayload = 64 * kMiB;
 constexpr uint32_t kDefaultMaxNameLen = 256;
 constexpr int64_t kDefaultHandshakeTimeoutMs = 10000;
 constexpr int64_t kDefaultMaxPending = 64;
+constexpr size_t kMaxJobIdBytes = kRendezvousMaxKey - 32;  // room for "/addr/" and a rank
+constexpr size_t kMaxHostLabelBytes = 4096;
 constexpr int64_t kMaxPending = 65536;  // more than any host's file descriptors allow
 constexpr int64_t kDefaultStallWarnMs = 10000;
 constexpr int64_t kDefaultFlightRecorderSize = 256;
@@ -594,6 +597,16 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
   // The job id travels as the name of the Hello frame.
   if (c.job_id.size() > c.max_name_len) {
     return config_error("job id " + job_src + " is longer than max_name_len " + name_len_src);
+  }
+  // Each peer publishes "<address>\n<host label>" under "<job id>/addr/<rank>" in the
+  // rendezvous store, whose keys and values are bounded.
+  if (c.job_id.size() > kMaxJobIdBytes) {
+    return config_error("job id " + job_src.substr(0, 80) + "... is longer than " +
+                        std::to_string(kMaxJobIdBytes) + " bytes (the rendezvous key holds it)");
+  }
+  if (c.host_label.size() > kMaxHostLabelBytes) {
+    return config_error("host label " + host_src.substr(0, 80) + "... is longer than " +
+                        std::to_string(kMaxHostLabelBytes) + " bytes");
   }
   if (!c.topology.empty()) {
     // Host-aware shapes are rebuilt once the hosts are known; this checks the text.

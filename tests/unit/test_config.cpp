@@ -409,6 +409,15 @@ TEST_CASE("config: timeouts past a year count as a year, where clock arithmetic 
   CHECK(contains(error({}, pending), "max_pending_connections=70000 is not in 1..65536"));
 }
 
+TEST_CASE("config: the job id and host label fit the rendezvous store", "[config]") {
+  // Peers publish "<address>\n<host label>" under "<job id>/addr/<rank>": a longer job id
+  // would fail every rank's bootstrap with a store error instead of this one.
+  CHECK(contains(error({{"TAIJI_MAX_NAME_LEN", "4096"}, {"TAIJI_JOB_ID", std::string(1100, 'j')}}),
+                 "is longer than 992 bytes (the rendezvous key holds it)"));
+  CHECK(ok({{"TAIJI_MAX_NAME_LEN", "4096"}, {"TAIJI_JOB_ID", std::string(992, 'j')}}).job_id.size() == 992);
+  CHECK(contains(error({{"TAIJI_HOST", std::string(5000, 'h')}}), "is longer than 4096 bytes"));
+}
+
 TEST_CASE("parse_host_port", "[config]") {
   std::string host = "unchanged";
   uint16_t port = 7;
