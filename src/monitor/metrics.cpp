@@ -214,6 +214,9 @@ bool Metrics::set_gauge(const std::string& name, const Labels& labels, double va
     key += '\0' + k + '\0' + v;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  // Gauges per op name (the variance of each gradient) are bounded like the per-name
+  // counters: past the cap a new one is dropped.
+  if (gauges_.size() >= max_names_ + kFixedGauges && gauges_.count(key) == 0) return false;
   Gauge& g = gauges_[key];
   if (g.name.empty()) {
     g.name = name;

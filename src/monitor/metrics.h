@@ -48,6 +48,8 @@ class Metrics {
   // Names beyond max_names are counted together under kOtherName.
   static constexpr size_t kDefaultMaxNames = 1024;
   static constexpr const char* kOtherName = "(other)";
+  // Gauges without a per-name label (the noise scale and its kin) on top of max_names.
+  static constexpr size_t kFixedGauges = 64;
   // A rank whose step took more than this times the median (and 1 ms more) straggles.
   static constexpr double kStragglerRatio = 1.5;
   static constexpr int kSchemaVersion = 1;
@@ -100,7 +102,8 @@ class Metrics {
 
   // ---- gauges owned by other components ----
   // Sets (creates) the gauge `name` (a Prometheus metric name, e.g. "taiji_grad_norm")
-  // with these labels (the rank label is added). False for an invalid name or label.
+  // with these labels (the rank label is added). False for an invalid name or label, or
+  // a new gauge past max_names + kFixedGauges of them.
   bool set_gauge(const std::string& name, const Labels& labels, double value,
                  const std::string& help = "");
 

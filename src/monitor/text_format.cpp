@@ -7,12 +7,19 @@ namespace taiji {
 
 namespace {
 
-// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not one.
+// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not one. Valid as
+// RFC 3629 has it: no overlong forms (C0, C1, E0 80..9F, F0 80..8F), no surrogates
+// (ED A0..BF), nothing above U+10FFFF (F4 90.., F5..FF), which strict parsers reject.
 size_t utf8_length(std::string_view s, size_t i) {
   const auto c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  if (c < 0x80) return 1;
+  size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
   if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
+  const auto second = static_cast<unsigned char>(s[i + 1]);
+  const unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+  const unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+  if (second < lo || second > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
     if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
   }
   return n;
@@ -62,15 +69,24 @@ void append_json_number(std::string& out, uint64_t v) { out += std::to_string(v)
 
 void append_label_value(std::string& out, std::string_view s) {
   out.push_back('"');
-  for (char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const size_t n = utf8_length(s, i);
     if (c == '\\' || c == '"') {
       out.push_back('\\');
       out.push_back(c);
     } else if (c == '\n') {
       out += "\\n";
+    } else if (n == 0) {
+      // Label values must be UTF-8 (a scrape fails on one bad byte) and allow no other
+      // escapes: a byte that is not UTF-8 becomes U+FFFD.
+      out += "\xef\xbf\xbd";
     } else {
-      out.push_back(c);
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
     }
+    ++i;
   }
   out.push_back('"');
 }

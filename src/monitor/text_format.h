@@ -16,7 +16,8 @@ void append_json_string(std::string& out, std::string_view s);
 void append_json_number(std::string& out, double v);
 void append_json_number(std::string& out, uint64_t v);
 
-// A Prometheus label value between quotes: backslash, quote and newline escaped.
+// A Prometheus label value between quotes: backslash, quote and newline escaped, and each
+// byte that is not UTF-8 (as append_json_string judges it) replaced by U+FFFD.
 void append_label_value(std::string& out, std::string_view s);
 // A Prometheus sample value: integers exactly, others with 9 significant digits, +Inf.
 void append_sample_value(std::string& out, double v);

@@ -194,6 +194,18 @@ TEST_CASE("gauges of other components appear in both formats", "[registry]") {
                   "taiji_grad_norm{rank=\"1\",name=\"layer2\"} 0.5\n") != std::string::npos);
 }
 
+TEST_CASE("gauges per name are bounded like the per-name counters", "[registry]") {
+  // max_names 4: at most 4 + kFixedGauges gauges; an existing one can still be set.
+  Metrics m(0, 2, 8, 4);
+  const size_t cap = 4 + Metrics::kFixedGauges;
+  for (size_t i = 0; i < cap; ++i) {
+    CHECK(m.set_gauge("taiji_grad_variance_l2", {{"name", "g/step" + std::to_string(i)}}, 1.0));
+  }
+  CHECK_FALSE(m.set_gauge("taiji_grad_variance_l2", {{"name", "g/one-more"}}, 1.0));
+  CHECK(m.set_gauge("taiji_grad_variance_l2", {{"name", "g/step0"}}, 2.0));
+  CHECK(parse_json(m.json())["gauges"].array.size() == cap);
+}
+
 TEST_CASE("round-trip replies of the current round only are timed", "[registry]") {
   Metrics m(0, 3, 8);
   const uint32_t round = m.rtt_begin();
@@ -218,4 +230,35 @@ TEST_CASE("JSON strings escape control characters and invalid UTF-8", "[registry
   taiji::append_json_string(out, std::string("a\x01\"\\\xff\xc3\xa9", 7));
   CHECK(out == "\"a\\u0001\\\"\\\\\\u00ff\xc3\xa9\"");
   CHECK(parse_json(out).string.size() == 7);
+}
+
+TEST_CASE("JSON strings escape overlong forms, surrogates and code points past U+10FFFF",
+          "[registry]") {
+  // Each of these has the right lead and continuation bits but is not UTF-8 (RFC 3629);
+  // strict parsers reject the document if it is copied raw.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"\xc0\xaf", "\\u00c0\\u00af"},                  // overlong '/'
+      {"\xe0\x80\x80", "\\u00e0\\u0080\\u0080"},       // overlong U+0000
+      {"\xed\xa0\x80", "\\u00ed\\u00a0\\u0080"},       // surrogate U+D800
+      {"\xf4\x90\x80\x80", "\\u00f4\\u0090\\u0080\\u0080"},  // U+110000
+      {"\xf5\x80\x80\x80", "\\u00f5\\u0080\\u0080\\u0080"},
+  };
+  for (const auto& [raw, escaped] : cases) {
+    std::string out;
+    taiji::append_json_string(out, raw);
+    CHECK(out == "\"" + escaped + "\"");
+  }
+  // The largest code point and the last ones before the surrogates stay as they are.
+  for (std::string ok : {"\xf4\x8f\xbf\xbf", "\xed\x9f\xbf", "\xe0\xa0\x80", "\xf0\x90\x80\x80"}) {
+    std::string out;
+    taiji::append_json_string(out, ok);
+    CHECK(out == "\"" + ok + "\"");
+  }
+}
+
+TEST_CASE("Prometheus label values stay UTF-8 whatever the op name", "[registry]") {
+  std::string out;
+  taiji::append_label_value(out, std::string("a\xff\"\\\n\xc3\xa9\xed\xa0\x80", 10));
+  // Each byte that is not UTF-8 becomes U+FFFD; the valid é stays.
+  CHECK(out == "\"a\xef\xbf\xbd\\\"\\\\\\n\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");
 }
