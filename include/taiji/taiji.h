@@ -82,8 +82,8 @@ typedef enum taiji_dtype {
 typedef enum taiji_reduce_op {
   TAIJI_SUM = 0,  /* integers wrap modulo 2^bits */
   TAIJI_PROD = 1, /* integers wrap modulo 2^bits */
-  TAIJI_MIN = 2,
-  TAIJI_MAX = 3,
+  TAIJI_MIN = 2,  /* as std::min (and MAX as std::max): a NaN input may or may not */
+  TAIJI_MAX = 3,  /* survive, depending on its rank; SUM always carries it         */
   TAIJI_AVG = 4   /* sum, then divided by the world size (integers: truncated) */
 } taiji_reduce_op_t;
 
