@@ -257,7 +257,13 @@ void CollectiveOp::start(std::vector<ChunkSend>* out) {
       if (bytes == 0 || work_ == send) break;
       const auto s = reinterpret_cast<uintptr_t>(send);
       const auto w = reinterpret_cast<uintptr_t>(work_);
-      if (spec_.norms || (s < w + bytes && w < s + bytes)) {
+      // A reduce-scatter works in scratch and writes its block to recv in finish(), which
+      // may come while a chunk sent straight from the input is still queued: an input that
+      // overlaps recv (in place, as MPI_IN_PLACE has it) must not be read from there.
+      const auto r = reinterpret_cast<uintptr_t>(spec_.recv);
+      const bool into_input = spec_.kind == OpKind::ReduceScatter && block_bytes > 0 &&
+                              s < r + block_bytes && r < s + bytes;
+      if (spec_.norms || into_input || (s < w + bytes && w < s + bytes)) {
         // The norm tap counts the input as it goes; overlapping buffers must be read
         // before either is written.
         std::memmove(work_, send, bytes);

@@ -639,3 +639,47 @@ TEST_CASE("collectives: host-aware strategies over two listen hosts", "[collecti
   // every root of the large count, and this one only adds the two-host shapes.
   run_sweep(sw);
 }
+
+TEST_CASE("collectives: reduce_scatter with its output inside its input", "[collectives]") {
+  // recv == send (MPI_IN_PLACE's layout) and recv == send + rank * count (NCCL's). The
+  // result is written once every chunk is final, which can come while a chunk this rank
+  // only passes on is still queued to go out straight from the input: an input that
+  // overlaps the output must have been copied away first. Large blocks over a ring keep
+  // such chunks queued long enough for the race to show.
+  constexpr int n = 3;
+  constexpr size_t kCount = size_t{1} << 20;  // i32 per block: 4 MiB
+  const char* shm = GENERATE("off", "auto");
+  const bool nccl_layout = GENERATE(false, true);
+  CAPTURE(shm, nccl_layout);
+  EnvOverride transport("TAIJI_SHM", shm);
+  Failures failures;
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    auto value = [](int r, size_t i) { return static_cast<int32_t>((r + 1) * 7 + static_cast<int>(i % 1000)); };
+    for (int round = 0; round < 10; ++round) {
+      std::vector<int32_t> buf(kCount * n);
+      for (size_t i = 0; i < buf.size(); ++i) buf[i] = value(rank, i);
+      int32_t* out = nccl_layout ? buf.data() + static_cast<size_t>(rank) * kCount : buf.data();
+      taiji_op_options_t opt = op_options(30000);
+      opt.topology = "ring";
+      const std::string name = "rs.inplace." + std::to_string(round);
+      if (!failures.expect_status(rank, name,
+                                  taiji_reduce_scatter(peer, name.c_str(), buf.data(), out, kCount, TAIJI_I32,
+                                                       TAIJI_SUM, &opt, nullptr),
+                                  TAIJI_OK)) {
+        return;
+      }
+      for (size_t i = 0; i < kCount; ++i) {
+        const size_t at = static_cast<size_t>(rank) * kCount + i;
+        int32_t want = 0;
+        for (int r = 0; r < n; ++r) want += value(r, at);
+        if (out[i] != want) {
+          failures.add(rank, name + " element " + std::to_string(i) + " is " + std::to_string(out[i]) +
+                                 ", want " + std::to_string(want));
+          break;
+        }
+      }
+    }
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
