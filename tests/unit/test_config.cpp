@@ -387,6 +387,11 @@ TEST_CASE("invalid explicit values are rejected", "[config]") {
   for (const char* topo : {"ring", "tree", "star"}) {
     CHECK(ok({{"TAIJI_TOPOLOGY", topo}}).topology == topo);
   }
+  // A built-in name with the whitespace the grammar allows is only checked too, not built:
+  // for two billion ranks a ring would be 4 * 10^18 parents.
+  Env huge = {{"TAIJI_RANK", "0"}, {"TAIJI_WORLD_SIZE", "2000000000"}, {"TAIJI_RENDEZVOUS", "h:1"},
+              {"TAIJI_TOPOLOGY", "\t ring \n"}};
+  CHECK(ok(huge).topology == "\t ring \n");
 }
 
 TEST_CASE("config: timeouts past a year count as a year, where clock arithmetic cannot overflow",
