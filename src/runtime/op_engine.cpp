@@ -215,19 +215,26 @@ void OpEngine::charge_early(int src, uint64_t bytes) {
   }
 }
 
+std::unique_ptr<OpEngine::EarlyData> OpEngine::unlink_early(std::map<Key, Early>::iterator e,
+                                                          const EarlyData* item) {
+  auto& list = e->second.data;
+  auto pos = std::find_if(list.begin(), list.end(), [&](const auto& d) { return d.get() == item; });
+  if (pos == list.end()) return nullptr;
+  std::unique_ptr<EarlyData> mine = std::move(*pos);
+  const uint64_t bytes = mine->payload.size() + item_cost(e->first.first);
+  list.erase(pos);
+  if (list.empty() && e->second.readies.empty() && e->second.abort.is_ok()) early_.erase(e);
+  release_early_bytes(bytes);
+  return mine;
+}
+
 void OpEngine::drop_partial_early(int src) {
   EarlyData* partial = rx_early_[src];
   if (partial == nullptr) return;
   rx_early_[src] = nullptr;
+  // Its key is not at hand here; a link goes down rarely enough to look through them all.
   for (auto e = early_.begin(); e != early_.end(); ++e) {
-    auto& list = e->second.data;
-    auto pos = std::find_if(list.begin(), list.end(), [&](const auto& d) { return d.get() == partial; });
-    if (pos == list.end()) continue;
-    const uint64_t bytes = partial->payload.size() + item_cost(e->first.first);
-    list.erase(pos);
-    if (list.empty() && e->second.readies.empty() && e->second.abort.is_ok()) early_.erase(e);
-    release_early_bytes(bytes);
-    return;
+    if (unlink_early(e, partial)) return;
   }
 }
 
@@ -520,13 +527,7 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
     // The op may have been posted, or even have ended, while this payload arrived.
     bool ended = op == nullptr && (!closed_.is_ok() || names_->is_past(name, h.op_version));
     if (op == nullptr && !ended) return charge_early(src, 0);
-    auto e = early_.find(key);
-    auto& list = e->second.data;
-    auto pos = std::find_if(list.begin(), list.end(), [&](const auto& d) { return d.get() == early; });
-    std::unique_ptr<EarlyData> mine = std::move(*pos);
-    list.erase(pos);
-    if (list.empty() && e->second.readies.empty() && e->second.abort.is_ok()) early_.erase(e);
-    release_early_bytes(mine->payload.size() + item_cost(name));
+    std::unique_ptr<EarlyData> mine = unlink_early(early_.find(key), early);
     if (op == nullptr) return;
     if (!op->failed) deliver_early(*op, *mine);
     return maybe_finish(*op);

@@ -112,6 +112,9 @@ class OpEngine final : public ReceiveHandler {
   // Counts bytes held early; past the cap, reads from src pause (call only between frames:
   // a pause inside one would stop the very payload that frees the bytes).
   void charge_early(int src, uint64_t bytes);
+  // Takes item out of entry e's list (dropping the entry once it holds nothing) and
+  // releases its bytes; null if the list does not hold it.
+  std::unique_ptr<EarlyData> unlink_early(std::map<Key, Early>::iterator e, const EarlyData* item);
   // The early frame src was sending when its link went down: dropped, its bytes released.
   void drop_partial_early(int src);
   Status check_match(const Active& op, const FrameHeader& h) const;
