@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <string_view>
 #include <vector>
 
 #include "handles.h"
@@ -104,9 +103,7 @@ taiji_status_t taiji_topology_from_text(const taiji_peer_t* peer, const char* te
     if (size < 1) return refuse("size must be at least 1 without a peer", topology);
     // A built-in is built for `size` ranks, up to size^2 parents; a peer's size is that of
     // a real job, but here nothing else bounds it. (An explicit text is bounded by its length.)
-    std::string_view body(text);
-    body.remove_prefix(std::min(body.size(), body.find_first_not_of(" \t\r\n")));
-    if (size > kMaxBuiltinRanksWithoutPeer && !body.starts_with("pairs=")) {
+    if (size > kMaxBuiltinRanksWithoutPeer && !taiji::topology_text_body(text).starts_with("pairs=")) {
       return refuse("size " + std::to_string(size) + ": without a peer, built-in topologies are made for at most " +
                         std::to_string(kMaxBuiltinRanksWithoutPeer) + " ranks",
                     topology);

@@ -613,11 +613,7 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
     // A built-in name is only checked: building it for a large world costs n^2. (With the
     // whitespace the text grammar allows around it, too.)
     const auto& names = strategy_names();
-    std::string_view name = c.topology;
-    const size_t first = name.find_first_not_of(" \t\r\n");
-    name = first == std::string_view::npos ? std::string_view{} : name.substr(first);
-    name = name.substr(0, name.find_last_not_of(" \t\r\n") + 1);
-    if (std::find(names.begin(), names.end(), name) == names.end()) {
+    if (std::find(names.begin(), names.end(), topology_text_body(c.topology)) == names.end()) {
       auto parsed = parse_topology(c.topology, c.size, {});
       if (!parsed.is_ok()) return config_error("topology " + topo_src + ": " + parsed.status().message());
     }

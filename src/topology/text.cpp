@@ -197,11 +197,8 @@ Result<Strategy> parse_topology(std::string_view text, int n, const std::vector<
                    str(kMaxTopologyTextBytes) + " allowed");
   }
   if (n < 1) return invalid("a topology needs at least 1 rank, got " + std::to_string(n));
-  size_t begin = 0;
-  size_t end = text.size();
-  while (begin < end && is_space(text[begin])) ++begin;
-  while (end > begin && is_space(text[end - 1])) --end;
-  const std::string_view body = text.substr(begin, end - begin);
+  const std::string_view body = topology_text_body(text);
+  const auto begin = static_cast<size_t>(body.data() - text.data());
   if (body.empty()) return invalid("empty topology text (expected a strategy name or 'pairs=')");
   if (body.starts_with("pairs=")) return Parser(body, begin, n).parse();
   for (size_t i = 0; i < body.size(); ++i) {
@@ -211,6 +208,14 @@ Result<Strategy> parse_topology(std::string_view text, int n, const std::vector<
     }
   }
   return make_strategy(body, n, host_of);
+}
+
+std::string_view topology_text_body(std::string_view text) {
+  size_t begin = 0;
+  size_t end = text.size();
+  while (begin < end && is_space(text[begin])) ++begin;
+  while (end > begin && is_space(text[end - 1])) --end;
+  return text.substr(begin, end - begin);
 }
 
 Result<Graph> graph_from_edges(int n, const std::vector<std::pair<int, int>>& edges) {

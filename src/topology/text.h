@@ -54,6 +54,9 @@ std::string to_text(const Strategy& s);
 // kMaxTopologyTextBytes; a built-in name is built for n ranks (up to n^2 entries for
 // ring, clique and hierarchical), so callers that only check a name look it up in strategy_names().
 Result<Strategy> parse_topology(std::string_view text, int n, const std::vector<int>& host_of);
+// The text without the whitespace the grammar allows around it: a built-in name, the
+// explicit form, or something parse_topology refuses.
+std::string_view topology_text_body(std::string_view text);
 
 // A graph from (child, parent) edges: every rank but one is a child exactly once, and the
 // rank that is nobody's child is the root. Errors name the edge or the ranks at fault.
