@@ -333,6 +333,17 @@ TEST_CASE("topology: a swap that one peer never joins times out and keeps the ol
   check_no_failures(failures);
 }
 
+namespace {
+
+// Rank 0 of the tests below: joins nothing while rank 1 works, for at most 30 s.
+void idle_until_done(const std::atomic<bool>& rank1_done, Failures& failures) {
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (!rank1_done.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  failures.expect(0, rank1_done.load(), "rank 1 did not finish within 30 s");
+}
+
+}  // namespace
+
 TEST_CASE("topology: ops held back by an unfinished swap complete when the peer finalizes", "[topology]") {
   // Rank 1 proposes a swap that rank 0 never joins and posts an op behind it; finalize
   // must not leave that op waiting for an agreement that cannot come.
@@ -343,12 +354,7 @@ TEST_CASE("topology: ops held back by an unfinished swap complete when the peer 
   options.timeout_ms = 1500;  // how long finalize waits for ops in flight
   options.finalize_ok = [](int rank, taiji_status_t s) { return rank == 1 || s == TAIJI_OK || s == TAIJI_ERR_PEER_LOST; };
   auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
-    if (rank == 0) {
-      auto deadline = Clock::now() + std::chrono::seconds(30);
-      while (!rank1_done.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      failures.expect(rank, rank1_done.load(), "rank 1 did not finish within 30 s");
-      return;
-    }
+    if (rank == 0) return idle_until_done(rank1_done, failures);
     Topology ring = from_text(peer, "ring", 0);
     taiji_op_options_t opt = op_options(30000);
     taiji_request_t* swap = nullptr;
@@ -390,12 +396,7 @@ TEST_CASE("topology: ops held behind several unfinished swaps end when the peer 
     return rank == 1 || s == TAIJI_OK || s == TAIJI_ERR_PEER_LOST;
   };
   auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
-    if (rank == 0) {
-      auto deadline = Clock::now() + std::chrono::seconds(30);
-      while (!rank1_done.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      failures.expect(rank, rank1_done.load(), "rank 1 did not finish within 30 s");
-      return;
-    }
+    if (rank == 0) return idle_until_done(rank1_done, failures);
     Topology ring = from_text(peer, "ring", 0);
     taiji_op_options_t opt = op_options(30000);
     std::vector<taiji_request_t*> swaps(3, nullptr);
