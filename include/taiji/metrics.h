@@ -3,7 +3,7 @@
  *
  * Every peer keeps, from taiji_peer_init on (unless TAIJI_METRICS=0):
  *  - per op kind and per op name (the first 1024 names; later ones are counted together
- *    as "(other)"): ops ended, errors, bytes (count times element size) and the latency
+ *    as "taiji.other", a reserved name no op can have): ops ended, errors, bytes (count times element size) and the latency
  *    from posting to completion (p50, p90, p99 from a log-scale histogram);
  *  - per link: bytes sent and received, smoothed throughput, round-trip times measured
  *    by taiji_metrics_probe_rtt;
@@ -29,7 +29,7 @@
  *        (kinds: allreduce broadcast barrier allgather reduce gather reduce_scatter
  *        consensus; every kind is present)
  *    "names": [ { "name", "kind", "count", "errors", "bytes", "latency_seconds" }, ... ],
- *        (sorted by name, then "(other)" if any), "names_cap": 1024,
+ *        (sorted by name, then "taiji.other" if any), "names_cap": 1024,
  *    "links": [ { "peer", "bytes_sent", "bytes_received", "send_bytes_per_second",
  *                 "receive_bytes_per_second", "rtt_seconds", "rtt_min_seconds",
  *                 "rtt_probes" }, ... ],   (every other rank; rtt_* null before a probe)

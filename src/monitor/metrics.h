@@ -47,7 +47,7 @@ class Metrics {
  public:
   // Names beyond max_names are counted together under kOtherName.
   static constexpr size_t kDefaultMaxNames = 1024;
-  static constexpr const char* kOtherName = "(other)";
+  static constexpr const char* kOtherName = "taiji.other";  // "taiji." names are reserved: no op has it
   // Gauges without a per-name label (the noise scale and its kin) on top of max_names.
   static constexpr size_t kFixedGauges = 64;
   // A rank whose step took more than this times the median (and 1 ms more) straggles.

@@ -108,7 +108,7 @@ void Metrics::append_prometheus_ops(std::string& out, const std::string& rank, c
     for (size_t i = 0; i < v.names.size(); ++i) fn(name_labels[i], v.names[i].second.stats);
     if (other) fn(name_labels.back(), v.other.stats);
   };
-  family(out, "taiji_named_ops_total", "counter", "Ops ended on this peer, by op name (names beyond the cap as \"(other)\").");
+  family(out, "taiji_named_ops_total", "counter", "Ops ended on this peer, by op name (names beyond the cap as \"taiji.other\").");
   each_name([&](const std::string& l, const OpStats& s) { sample(out, "taiji_named_ops_total", rank, l, s.count); });
   family(out, "taiji_named_op_errors_total", "counter", "Ops that ended with an error, by op name.");
   each_name([&](const std::string& l, const OpStats& s) { sample(out, "taiji_named_op_errors_total", rank, l, s.errors); });

@@ -81,7 +81,7 @@ TEST_CASE("ops posted from many threads while others take snapshots add up exact
   for (int t = 0; t < kThreads; ++t) {
     writers.emplace_back([&, t] {
       for (int i = 0; i < kOps; ++i) {
-        // 40 names over a cap of 16: the rest land in "(other)".
+        // 40 names over a cap of 16: the rest land in "taiji.other".
         run_op(m, i % 2 == 0 ? 1 : 2, "n" + std::to_string((t * kOps + i) % 40), 8, 5,
                i % 100 == 0 ? -3 : 0);
       }
@@ -105,7 +105,7 @@ TEST_CASE("ops posted from many threads while others take snapshots add up exact
   uint64_t sum = 0;
   for (const auto& n : names) sum += n["count"].u64();
   CHECK(sum == total);
-  CHECK(names.back()["name"].string == "(other)");
+  CHECK(names.back()["name"].string == "taiji.other");
   CHECK(names.back()["count"].u64() == total * 24 / 40);
   CHECK(j["ops"]["allreduce"]["latency_seconds"]["p50"].number == Approx(4e-6 + 4e-6 / 4).epsilon(0.3));
 }
@@ -261,4 +261,23 @@ TEST_CASE("Prometheus label values stay UTF-8 whatever the op name", "[registry]
   taiji::append_label_value(out, std::string("a\xff\"\\\n\xc3\xa9\xed\xa0\x80", 10));
   // Each byte that is not UTF-8 becomes U+FFFD; the valid é stays.
   CHECK(out == "\"a\xef\xbf\xbd\\\"\\\\\\n\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");
+}
+
+TEST_CASE("an op named like the overflow series keeps a series of its own", "[registry]") {
+  Metrics m(0, 1, 8, 1);
+  run_op(m, 1, "(other)", 4, 10);  // takes the only per-name slot
+  run_op(m, 1, "y", 4, 10);        // beyond the cap
+  run_op(m, 1, "z", 4, 10);
+  auto j = parse_json(m.json());
+  const auto& names = j["names"].array;
+  REQUIRE(names.size() == 2);
+  CHECK(names[0]["name"].string == "(other)");
+  CHECK(names[0]["count"].u64() == 1);
+  CHECK(names[1]["name"].string == std::string(Metrics::kOtherName));
+  CHECK(names[1]["count"].u64() == 2);
+  CHECK(names[0]["name"].string != names[1]["name"].string);
+  // Every name label appears once per family: a scraper refuses duplicate series.
+  const std::string text = m.prometheus();
+  CHECK(text.find("name=\"(other)\"} 1") != std::string::npos);
+  CHECK(text.find("name=\"taiji.other\"} 2") != std::string::npos);
 }
