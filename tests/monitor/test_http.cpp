@@ -11,7 +11,9 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 
+#include "../support/descriptor_limit.h"
 #include "monitor/http_server.h"
 #include "runtime/config.h"
 
@@ -105,6 +107,34 @@ TEST_CASE("a client that sends nothing is dropped after its deadline", "[http]")
   CHECK(read_all(idle, 20000) == "");
   CHECK(std::chrono::steady_clock::now() - start >= std::chrono::seconds(3));
   close(idle);
+}
+
+TEST_CASE("out of descriptors, the server waits for them instead of spinning", "[http]") {
+  auto server = MetricsServer::start("127.0.0.1", 0, [] { return std::string("x 1\n"); });
+  REQUIRE(server.is_ok());
+  const uint16_t port = port_of(*server.value());
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  taiji_test::DescriptorLimit limit;
+  REQUIRE(limit.ok());
+  // The connection completes in the listen backlog; the server's accept fails (EMFILE)
+  // and its listener stays readable for as long as the limit holds.
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const std::string request = "GET /metrics HTTP/1.1\r\n\r\n";
+  REQUIRE(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+  const double cpu_before = taiji_test::process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double cpu = taiji_test::process_cpu_seconds() - cpu_before;
+  limit.restore();
+  // A server polling its listener in a loop burns the whole half second.
+  CHECK(cpu < 0.1);
+  // Descriptors are back: the waiting client is served.
+  CHECK(read_all(fd, 10000).rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  close(fd);
 }
 
 TEST_CASE("two servers in one process serve on their own ports", "[http]") {

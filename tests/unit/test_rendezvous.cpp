@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/descriptor_limit.h"
 #include "runtime/rendezvous.h"
 
 using namespace taiji;
@@ -370,4 +371,36 @@ TEST_CASE("rendezvous set gives up at its own deadline when the server never ans
   CHECK(elapsed >= 250);
   CHECK(elapsed < 5000);
   close(fd);
+}
+
+TEST_CASE("rendezvous out of descriptors waits for them instead of spinning", "[rendezvous]") {
+  auto server = start_server();
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  taiji_test::DescriptorLimit limit;
+  REQUIRE(limit.ok());
+  // Completes in the listen backlog; the server's accept fails (EMFILE) while the limit holds.
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(server->port());
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  const std::string set = "S" + u32le(1) + "k" + u32le(1) + "v";
+  REQUIRE(send(fd, set.data(), set.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(set.size()));
+  const double cpu_before = taiji_test::process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double cpu = taiji_test::process_cpu_seconds() - cpu_before;
+  limit.restore();
+  // A server polling its listener in a loop burns the whole half second.
+  CHECK(cpu < 0.1);
+  // Descriptors are back: the waiting client's set is answered, and the value is there.
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(poll(&p, 1, 10000) == 1);
+  char reply[5];
+  REQUIRE(recv(fd, reply, sizeof reply, MSG_WAITALL) == 5);
+  CHECK(reply[0] == 0);
+  close(fd);
+  auto got = connect_to(addr(*server))->get("k", 2000);
+  REQUIRE(got.is_ok());
+  CHECK(got.value() == "v");
 }

@@ -1,0 +1,51 @@
+// Running a server out of file descriptors, for tests of what it does meanwhile: while a
+// DescriptorLimit lives, the process cannot open one more descriptor (EMFILE), so a
+// server's accept fails and its listener stays readable. Header-only; shared by the unit
+// and monitor tests.
+#pragma once
+
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace taiji_test {
+
+class DescriptorLimit {
+ public:
+  // Lowers the soft limit to the lowest free descriptor: the next open, socket or accept
+  // of any thread fails until this is destroyed.
+  DescriptorLimit() {
+    ok_ = getrlimit(RLIMIT_NOFILE, &saved_) == 0;
+    const int probe = dup(0);
+    if (!ok_ || probe < 0) {
+      ok_ = false;
+      return;
+    }
+    close(probe);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = static_cast<rlim_t>(probe);
+    ok_ = setrlimit(RLIMIT_NOFILE, &lowered) == 0;
+  }
+  ~DescriptorLimit() { restore(); }
+  void restore() {
+    if (ok_) setrlimit(RLIMIT_NOFILE, &saved_);
+    ok_ = false;
+  }
+  bool ok() const { return ok_; }
+
+  DescriptorLimit(const DescriptorLimit&) = delete;
+  DescriptorLimit& operator=(const DescriptorLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  bool ok_ = false;
+};
+
+// CPU time this process used so far, every thread together: a thread that spins shows here.
+inline double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+}  // namespace taiji_test
