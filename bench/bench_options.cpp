@@ -192,7 +192,7 @@ void print_usage() {
       "  --dtype T          f32 (default), f64, f16, bf16, i8, u8, i32, u32, i64, u64\n"
       "  --redop OP         sum (default), prod, min, max, avg (allreduce only)\n"
       "  -n, --iters N      timed iterations per size (default: adaptive, 5..1000,\n"
-      "                     aiming at about half a second per size)\n"
+      "                     aiming at about 0.3 s per size)\n"
       "  -w, --warmup N     untimed iterations per size (default 5, 2 above 1 MiB)\n"
       "  --topology T       run every op on built-in topology T: star, ring, clique,\n"
       "                     tree, binary_tree, binary_tree_star, multi_binary_tree_star,\n"

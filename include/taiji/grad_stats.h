@@ -16,9 +16,9 @@ extern "C" {
  *   |G|^2   = (N*S - S_local)/(N - 1),   tr(Sigma) = b*N*(S_local - S)/(N - 1)
  * each smoothed by a bias-corrected exponential moving average, then
  *   noise_scale (B_simple) = tr(Sigma)/|G|^2,   snr = |G|^2/(tr(Sigma)/(N*b)).
- * Each peer's ||g_i||^2 is computed in fp64 before the reduction and summed by a one-element
- * allreduce posted together with the gradient's, so no round trip is added; S comes from the
- * result. An attached allreduce must be TAIJI_SUM or TAIJI_AVG of a float dtype (F32, F64,
+ * Each peer's ||g_i||^2 is counted in fp64 inside the gradient's own reduction (no extra
+ * pass over the data); the local norms are then summed by a small two-element allreduce
+ * posted once they are counted; S comes from the result. An attached allreduce must be TAIJI_SUM or TAIJI_AVG of a float dtype (F32, F64,
  * F16, BF16); its request completes once the statistics are updated. A step with a
  * non-finite norm on any peer (an overflow under a loss scale) is skipped on every peer.
  * Every peer attaches the same tensors and ends steps at the same points.

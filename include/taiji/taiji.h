@@ -131,7 +131,8 @@ typedef struct taiji_config {
  * passed. Blocks. `config` may be NULL (everything from the environment); it is copied,
  * its strings need not outlive the call. On error *peer is set to NULL and nothing is
  * left running. Errors: ERR_INVALID_ARGUMENT, ERR_CONFIG, ERR_BOOTSTRAP, ERR_TIMEOUT,
- * ERR_IO, ERR_VERSION, ERR_NO_MEMORY.
+ * ERR_IO, ERR_AUTH (the peers' job secrets differ), ERR_VERSION, ERR_NO_MEMORY,
+ * ERR_INTERNAL.
  * The macro passes the header's version so a mismatched library is a clear error; the
  * function of the same name is also exported for callers that bind symbols directly. */
 TAIJI_API taiji_status_t taiji_peer_init_versioned(uint32_t header_version,
@@ -143,11 +144,13 @@ TAIJI_API taiji_status_t(taiji_peer_init)(const taiji_config_t *config, taiji_pe
 
 /* Completes the peer's participation: waits (bounded by the op timeout) for in-flight ops
  * to finish, then closes all connections and stops the I/O thread. Ops posted afterwards
- * fail with ERR_FINALIZED. Blocks. Idempotent. Returns the peer's sticky error, if any. */
+ * fail with ERR_FINALIZED. Blocks. Idempotent. Returns the peer's sticky error, if any;
+ * after taiji_peer_abort it returns TAIJI_OK (there is nothing left to finish). */
 TAIJI_API taiji_status_t taiji_peer_finalize(taiji_peer_t *peer);
 
 /* Cancels every in-flight op (each completes with ERR_ABORTED, waking its waiters),
- * closes all connections and makes the peer unusable (sticky ERR_ABORTED). Does not
+ * closes all connections and makes the peer unusable (taiji_peer_async_error reports
+ * ERR_ABORTED; later posts fail; finalize returns TAIJI_OK). Does not
  * wait for peers. Safe to call from any thread, also from a completion callback. */
 TAIJI_API taiji_status_t taiji_peer_abort(taiji_peer_t *peer);
 
@@ -188,7 +191,8 @@ typedef struct taiji_op_options {
 
 /* ---- collectives -------------------------------------------------------------------- *
  * Common rules:
- *  - `name` (1..256 bytes of UTF-8, NUL-terminated; copied) identifies the op; together
+ *  - `name` (1..TAIJI_MAX_NAME_LEN bytes of UTF-8, default 256, NUL-terminated; copied;
+ *    names starting with "taiji." are reserved: ERR_INVALID_ARGUMENT) identifies the op; together
  *    with its version it matches the op across peers, whatever order peers post in.
  *  - `options` may be NULL (all defaults).
  *  - request == NULL: the call blocks until the op completes and returns its status.

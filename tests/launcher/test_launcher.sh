@@ -94,6 +94,7 @@ ok "a rank killed by signal 9 makes taiji-run exit 137"
 # gone_within SECONDS REGEX: true once no process's full command line matches REGEX.
 gone_within() {
   local tenths=$(($1 * 10)) i
+  command -v pgrep >/dev/null || fail "pgrep is missing (package procps)"
   for ((i = 0; i < tenths; i++)); do
     pgrep -f "$2" >/dev/null || return 0
     sleep 0.1
