@@ -32,7 +32,12 @@
  *        (sorted by name, then "taiji.other" if any), "names_cap": 1024,
  *    "links": [ { "peer", "bytes_sent", "bytes_received", "send_bytes_per_second",
  *                 "receive_bytes_per_second", "rtt_seconds", "rtt_min_seconds",
- *                 "rtt_probes" }, ... ],   (every other rank; rtt_* null before a probe)
+ *                 "rtt_probes", "shm_bytes_sent", "read_pauses" }, ... ],
+ *        (every other rank; rtt_* null before a probe; shm_bytes_sent: the part of
+ *        bytes_sent that went through shared memory; read_pauses: times reads from that
+ *        peer paused because the early-arrival buffer was full)
+ *    "early_arrival_bytes_max": B,  (most bytes ever held at once for ops not posted yet;
+ *        TAIJI_UNEXPECTED_BYTES caps it, give or take the frame that crossed the cap)
  *    "steps": { "count", "median_seconds", "straggler_ratio",
  *               "ranks": [ { "rank", "seconds", "straggler", "straggler_steps" } ] },
  *    "gauges": [ { "name", "labels": { ... }, "value" } ],  (set by other components)

@@ -63,6 +63,13 @@ class Metrics {
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
   // size() counters, one per rank (this rank's stays 0), for the transport.
   LinkCounters* link_counters() { return links_.get(); }
+  // Bytes of frames that arrived before their op was posted, held now (I/O thread): the
+  // snapshot reports the most ever held at once, to be read against TAIJI_UNEXPECTED_BYTES.
+  void note_early_bytes(uint64_t held) {
+    if (held > early_bytes_max_.load(std::memory_order_relaxed)) {
+      early_bytes_max_.store(held, std::memory_order_relaxed);
+    }
+  }
 
   // ---- the op lifecycle (I/O thread) ----
   // Returns a token for op_failed/op_ended; 0 when metrics are off.
@@ -153,6 +160,8 @@ class Metrics {
   struct LinkView {
     uint64_t sent = 0;
     uint64_t received = 0;
+    uint64_t shm_sent = 0;
+    uint64_t read_pauses = 0;
     Link state;
   };
   // A copy taken under the lock, so that formatting (the slow part) runs without it.
@@ -167,6 +176,7 @@ class Metrics {
     std::vector<Gauge> gauges;                              // sorted by name, labels
     uint64_t dumps = 0;
     size_t flight_capacity = 0;
+    uint64_t early_bytes_max = 0;
   };
   View view() const;
   void append_prometheus_ops(std::string& out, const std::string& rank, const View& v) const;
@@ -178,6 +188,7 @@ class Metrics {
   const uint64_t created_ns_;
   std::atomic<bool> enabled_{true};
   std::unique_ptr<LinkCounters[]> links_;
+  std::atomic<uint64_t> early_bytes_max_{0};  // written by the I/O thread only
 
   mutable std::mutex mu_;
   std::condition_variable rtt_cv_;

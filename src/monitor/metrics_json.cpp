@@ -41,11 +41,14 @@ Metrics::View Metrics::view() const {
   v.other = other_;
   for (size_t r = 0; r < link_state_.size(); ++r) {
     v.links.push_back({links_[r].sent.load(std::memory_order_relaxed),
-                       links_[r].received.load(std::memory_order_relaxed), link_state_[r]});
+                       links_[r].received.load(std::memory_order_relaxed),
+                       links_[r].shm_sent.load(std::memory_order_relaxed),
+                       links_[r].read_pauses.load(std::memory_order_relaxed), link_state_[r]});
   }
   v.steps = steps_;
   for (const auto& [k, g] : gauges_) v.gauges.push_back(g);
   v.dumps = dumps_;
+  v.early_bytes_max = early_bytes_max_.load(std::memory_order_relaxed);
   v.flight_capacity = flight_.capacity();
   std::sort(v.names.begin(), v.names.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -114,10 +117,13 @@ std::string Metrics::json() const {
       out += ",\"rtt_min_seconds\":";
       append_json_number(out, static_cast<double>(l.state.rtt_min_ns) * 1e-9);
     }
-    out += ",\"rtt_probes\":" + std::to_string(l.state.rtt_probes) + '}';
+    out += ",\"rtt_probes\":" + std::to_string(l.state.rtt_probes) +
+           ",\"shm_bytes_sent\":" + std::to_string(l.shm_sent) +
+           ",\"read_pauses\":" + std::to_string(l.read_pauses) + '}';
   }
+  out += "],\"early_arrival_bytes_max\":" + std::to_string(v.early_bytes_max);
 
-  out += "],\"steps\":{\"count\":" + std::to_string(v.steps.count) + ",\"median_seconds\":";
+  out += ",\"steps\":{\"count\":" + std::to_string(v.steps.count) + ",\"median_seconds\":";
   append_json_number(out, v.steps.median);
   out += ",\"straggler_ratio\":";
   append_json_number(out, kStragglerRatio);

@@ -141,6 +141,12 @@ void Metrics::append_prometheus_rest(std::string& out, const std::string& rank, 
   });
   family(out, "taiji_link_rtt_probes_total", "counter", "Round-trip probes a peer answered.");
   each_link([&](const std::string& l, const LinkView& k) { sample(out, "taiji_link_rtt_probes_total", rank, l, k.state.rtt_probes); });
+  family(out, "taiji_link_shm_sent_bytes_total", "counter", "Of the bytes sent to a peer, those that went through shared memory.");
+  each_link([&](const std::string& l, const LinkView& k) { sample(out, "taiji_link_shm_sent_bytes_total", rank, l, k.shm_sent); });
+  family(out, "taiji_link_read_pauses_total", "counter", "Times reads from a peer paused: the early-arrival buffer was full.");
+  each_link([&](const std::string& l, const LinkView& k) { sample(out, "taiji_link_read_pauses_total", rank, l, k.read_pauses); });
+  family(out, "taiji_early_arrival_bytes_max", "gauge", "Most bytes held at once for ops not posted yet (cap: TAIJI_UNEXPECTED_BYTES, one frame over).");
+  sample(out, "taiji_early_arrival_bytes_max", rank, "", v.early_bytes_max);
 
   family(out, "taiji_steps_total", "counter", "Steps marked by every rank (taiji_step_mark) and gathered.");
   sample(out, "taiji_steps_total", rank, "", v.steps.count);

@@ -207,10 +207,16 @@ void OpEngine::discard_early(const Key& key) {
   release_early_bytes(bytes);
 }
 
-void OpEngine::charge_early(int src, uint64_t bytes) {
+void OpEngine::hold_early_bytes(uint64_t bytes) {
   early_bytes_ += bytes;
+  if (opt_.metrics != nullptr) opt_.metrics->note_early_bytes(early_bytes_);
+}
+
+void OpEngine::charge_early(int src, uint64_t bytes) {
+  hold_early_bytes(bytes);
   if (early_bytes_ > opt_.unexpected_bytes && paused_.insert(src).second) {
     log().info("early-arrival buffer full ({} bytes); pausing reads from rank {}", early_bytes_, src);
+    if (opt_.metrics != nullptr) opt_.metrics->link_counters()[src].add_read_pause();
     transport_->pause_reading(src);
   }
 }
@@ -473,7 +479,7 @@ Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& 
   rx_early_[src] = data.get();
   early_[key].data.push_back(std::move(data));
   // Counted now, paused (if over the cap) once the payload is in: frame_done.
-  early_bytes_ += h.payload_len + item_cost(name);
+  hold_early_bytes(h.payload_len + item_cost(name));
   return {};
 }
 

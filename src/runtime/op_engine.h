@@ -112,6 +112,8 @@ class OpEngine final : public ReceiveHandler {
   // Counts bytes held early; past the cap, reads from src pause (call only between frames:
   // a pause inside one would stop the very payload that frees the bytes).
   void charge_early(int src, uint64_t bytes);
+  // Counts bytes held early (and their high-water mark in the metrics), pausing nothing.
+  void hold_early_bytes(uint64_t bytes);
   // Takes item out of entry e's list (dropping the entry once it holds nothing) and
   // releases its bytes; null if the list does not hold it.
   std::unique_ptr<EarlyData> unlink_early(std::map<Key, Early>::iterator e, const EarlyData* item);

@@ -82,7 +82,7 @@ bool ShmTransport::try_send(int dst, OutMessage& msg) {
       encode_descriptor(where, msg.owned.data());
       msg.payload = nullptr;
       msg.payload_len = 0;
-      if (opt_.link_counters != nullptr) opt_.link_counters[dst].add_sent(len);
+      if (opt_.link_counters != nullptr) opt_.link_counters[dst].add_shm_sent(len);
       link.ring_frames++;
     } else if (may_wait) {
       return false;
@@ -109,7 +109,7 @@ void ShmTransport::emit(int dst, OutMessage msg) {
   }
   link.mail_frames++;
   if (opt_.link_counters != nullptr) {
-    opt_.link_counters[dst].add_sent(kHeaderSize + h.name_len + h.payload_len);
+    opt_.link_counters[dst].add_shm_sent(kHeaderSize + h.name_len + h.payload_len);
   }
   if (msg.on_sent) inner_->defer([cb = std::move(msg.on_sent)] { cb({}); });
   if (link.out->reader_polls()) return;

@@ -281,3 +281,26 @@ TEST_CASE("an op named like the overflow series keeps a series of its own", "[re
   CHECK(text.find("name=\"(other)\"} 1") != std::string::npos);
   CHECK(text.find("name=\"taiji.other\"} 2") != std::string::npos);
 }
+
+TEST_CASE("shared-memory bytes, read pauses and the early-arrival peak appear in both formats",
+          "[registry]") {
+  Metrics m(0, 3, 8);
+  m.link_counters()[1].add_sent(100);
+  m.link_counters()[1].add_shm_sent(40);  // counted in bytes_sent too
+  m.link_counters()[2].add_read_pause();
+  m.link_counters()[2].add_read_pause();
+  m.note_early_bytes(5000);
+  m.note_early_bytes(300);  // a peak is kept
+  auto j = parse_json(m.json());
+  REQUIRE(j["links"].array.size() == 2);
+  CHECK(j["links"][0]["bytes_sent"].u64() == 140);
+  CHECK(j["links"][0]["shm_bytes_sent"].u64() == 40);
+  CHECK(j["links"][0]["read_pauses"].u64() == 0);
+  CHECK(j["links"][1]["shm_bytes_sent"].u64() == 0);
+  CHECK(j["links"][1]["read_pauses"].u64() == 2);
+  CHECK(j["early_arrival_bytes_max"].u64() == 5000);
+  const std::string text = m.prometheus();
+  CHECK(text.find("taiji_link_shm_sent_bytes_total{rank=\"0\",peer=\"1\"} 40\n") != std::string::npos);
+  CHECK(text.find("taiji_link_read_pauses_total{rank=\"0\",peer=\"2\"} 2\n") != std::string::npos);
+  CHECK(text.find("taiji_early_arrival_bytes_max{rank=\"0\"} 5000\n") != std::string::npos);
+}

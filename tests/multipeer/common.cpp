@@ -551,4 +551,26 @@ bool in_quick_range(int n, int quick_max) {
   return !on || n <= quick_max;
 }
 
+uint64_t metric_value(taiji_peer_t* peer, const std::string& field, int link_peer) {
+  size_t needed = 0;
+  taiji_metrics_json(peer, nullptr, 0, &needed);
+  std::string json(needed + 4096, '\0');
+  if (taiji_metrics_json(peer, json.data(), json.size(), &needed) != TAIJI_OK) return UINT64_MAX;
+  size_t from = 0;
+  size_t to = json.size();
+  if (link_peer >= 0) {
+    // Link entries are flat objects: {"peer":R,...}.
+    from = json.find("{\"peer\":" + std::to_string(link_peer) + ",");
+    if (from == std::string::npos) return UINT64_MAX;
+    to = json.find('}', from);
+  }
+  const std::string key = "\"" + field + "\":";
+  const size_t at = json.find(key, from);
+  if (at == std::string::npos || at > to) return UINT64_MAX;
+  const char* digits = json.c_str() + at + key.size();
+  if (*digits < '0' || *digits > '9') return UINT64_MAX;
+  return std::strtoull(digits, nullptr, 10);
+}
+
 }  // namespace taiji_test
+

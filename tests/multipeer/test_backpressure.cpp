@@ -3,6 +3,7 @@
 // completes once it posts the ops.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -29,6 +30,18 @@ class ScopedEnv {
   bool had_ = false;
 };
 
+// Waits (at most 20 s) until reads from `from` have paused at least once: the early-arrival
+// buffer filled up. False if they never did.
+bool await_read_pause(taiji_peer_t* peer, int from) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const uint64_t pauses = metric_value(peer, "read_pauses", from);
+    if (pauses != UINT64_MAX && pauses > 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("backpressure: a sender far ahead of its receiver is throttled, not buffered",
@@ -45,9 +58,15 @@ TEST_CASE("backpressure: a sender far ahead of its receiver is throttled, not bu
   auto lines = run_peers(2, [&](taiji_peer_t* peer, int rank) {
     std::vector<std::vector<int32_t>> bufs(kOps, std::vector<int32_t>(kCount));
     std::vector<taiji_request_t*> reqs(kOps, nullptr);
-    // Rank 0 arrives late and posts in reverse order, so the ops whose data fills the
-    // buffer are the last it reaches.
-    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    // Rank 0 posts only once the early data has filled its buffer and reads paused, and
+    // in reverse order, so the ops whose data fills the buffer are the last it reaches.
+    if (rank == 0) {
+      failures.expect(rank, await_read_pause(peer, 1), "reads from rank 1 never paused");
+      // Held at once: at most the cap and the frame that crossed it (16 KiB and its name).
+      const uint64_t held = metric_value(peer, "early_arrival_bytes_max");
+      failures.expect(rank, held != UINT64_MAX && held > 0 && held <= (128u << 10) + (32u << 10),
+                      "held " + std::to_string(held) + " early bytes against a cap of 128 KiB");
+    }
     taiji_op_options_t opt = TAIJI_OP_OPTIONS_INIT;
     opt.timeout_ms = 20000;
     for (int k = 0; k < kOps; ++k) {
@@ -95,8 +114,13 @@ TEST_CASE("backpressure: an early frame larger than the cap is read whole before
     for (size_t j = 0; j < kCount; j += 4099) buf[j] = rank == 1 ? static_cast<int32_t>(j) : 0;
     taiji_op_options_t opt = TAIJI_OP_OPTIONS_INIT;
     opt.timeout_ms = 10000;
-    // Rank 1's whole frame arrives before rank 0 posts.
-    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Rank 1's whole frame arrives before rank 0 posts: it was read whole, then reads paused.
+    if (rank == 0) {
+      failures.expect(rank, await_read_pause(peer, 1), "reads from rank 1 never paused");
+      const uint64_t held = metric_value(peer, "early_arrival_bytes_max");
+      failures.expect(rank, held != UINT64_MAX && held >= (1u << 20),
+                      "held " + std::to_string(held) + " early bytes: the 1 MiB frame was not read whole");
+    }
     if (!failures.expect_status(rank, "broadcast",
                                 taiji_broadcast(peer, "bp.big", buf.data(), kCount, TAIJI_I32, 1, &opt, nullptr),
                                 TAIJI_OK)) {

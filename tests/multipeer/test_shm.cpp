@@ -143,6 +143,25 @@ void run(int n, const Setup& setup, Digests* digests) {
         }
       }
     }
+    // The data took the path the setup asks for: shared memory between peers on one host,
+    // TCP between hosts and with TAIJI_SHM=off.
+    uint64_t shm_sent = 0;
+    for (int r = 0; r < n; ++r) {
+      if (r == rank) continue;
+      const uint64_t bytes = metric_value(peer, "shm_bytes_sent", r);
+      const bool same_host = !setup.two_hosts || r % 2 == rank % 2;
+      const bool shm_on = std::string(setup.shm) != "off";
+      failures.expect(rank, bytes != UINT64_MAX, "no shm_bytes_sent in the metrics");
+      if (bytes == UINT64_MAX) continue;
+      if (!(shm_on && same_host)) {
+        failures.expect(rank, bytes == 0, std::to_string(bytes) + " bytes to rank " + std::to_string(r) +
+                                              " went through shared memory, which this link does not have");
+      }
+      shm_sent += bytes;
+    }
+    if (std::string(setup.shm) != "off" && !setup.two_hosts) {
+      failures.expect(rank, shm_sent > 0, "nothing went through shared memory");
+    }
     taiji_op_options_t end = op_options(kOpTimeoutMs);
     failures.expect_status(rank, "end barrier", taiji_barrier(peer, "shm/end", &end, nullptr), TAIJI_OK);
   }, options);
