@@ -54,6 +54,10 @@ constexpr size_t kMaxSecretBytes = 4096;
 constexpr uint64_t kMinChunkBytes = 4 * kKiB;
 // The frame header carries name_len in 16 bits.
 constexpr uint32_t kMaxNameLenCap = 65535;
+// The library's own ops ("taiji.set_topology", 18 bytes) and a statistics-carrying name's
+// suffix must fit under the cap on every peer, or swaps and statistics fail for names the
+// caller never chose.
+constexpr uint32_t kMinNameLen = 32;
 
 constexpr std::array<std::string_view, 2> kProgressModes = {"adaptive", "blocking"};
 // Rings hold this many chunks by default: enough that a sender seldom waits for room (each
@@ -593,6 +597,10 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
   if (c.max_name_len > kMaxNameLenCap) {
     return config_error(name_len_src + " exceeds " + std::to_string(kMaxNameLenCap) +
                         " (the frame header holds it in 16 bits)");
+  }
+  if (c.max_name_len < kMinNameLen) {
+    return config_error(name_len_src + " is below " + std::to_string(kMinNameLen) +
+                        " (the library's own op names need up to 18 bytes)");
   }
   // The job id travels as the name of the Hello frame.
   if (c.job_id.size() > c.max_name_len) {

@@ -50,24 +50,25 @@ BoundStrategy bind_custom(Strategy s) {
   return b;
 }
 
-StrategyCache::StrategyCache(int size, const std::vector<int>& host_of) {
-  const auto& names = strategy_names();
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto made = make_strategy(names[i], size, host_of);
-    BoundStrategy b;
-    if (made.is_ok()) {
-      b.digest = topology_digest(made.value());
-      b.id = wire_id(b.digest);
-      b.tag = wire_tag(b.digest);
-      b.strategy = std::make_shared<const Strategy>(std::move(made.value()));
-    }
-    built_.push_back(std::move(b));
-  }
-}
+StrategyCache::StrategyCache(int size, std::vector<int> host_of)
+    : size_(size), host_of_(std::move(host_of)), slots_(new Slot[strategy_names().size()]) {}
 
 BoundStrategy StrategyCache::get(uint8_t id) const {
-  if (id == 0 || id > built_.size()) return {};
-  return built_[id - 1];
+  const auto& names = strategy_names();
+  if (id == 0 || id > names.size()) return {};
+  Slot& slot = slots_[id - 1];
+  // A build that throws (out of memory) leaves the slot unbuilt for the next call.
+  std::call_once(slot.once, [&] {
+    auto made = make_strategy(names[id - 1], size_, host_of_);
+    if (!made.is_ok()) return;  // not defined for this cluster: stays empty
+    BoundStrategy b;
+    b.digest = topology_digest(made.value());
+    b.id = wire_id(b.digest);
+    b.tag = wire_tag(b.digest);
+    b.strategy = std::make_shared<const Strategy>(std::move(made.value()));
+    slot.built = std::move(b);
+  });
+  return slot.built;
 }
 
 }  // namespace taiji

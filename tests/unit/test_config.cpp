@@ -327,6 +327,8 @@ TEST_CASE("every error names the variable and its value", "[config]") {
       {{{"TAIJI_MAX_NAME_LEN", "65536"}}, "TAIJI_MAX_NAME_LEN='65536' is out of range"},
       {{{"TAIJI_MAX_NAME_LEN", "1K"}}, "TAIJI_MAX_NAME_LEN='1K'"},
       {{{"TAIJI_MAX_NAME_LEN", "3"}}, "TAIJI_MAX_NAME_LEN='3'"},  // shorter than "taiji"
+      // Too short for the library's own op names ("taiji.set_topology").
+      {{{"TAIJI_MAX_NAME_LEN", "31"}}, "TAIJI_MAX_NAME_LEN='31' is below 32"},
       {{{"TAIJI_TOPOLOGY", "mesh"}}, "TAIJI_TOPOLOGY='mesh': unknown strategy 'mesh'"},
       {{{"TAIJI_LOG_LEVEL", "loud"}}, "TAIJI_LOG_LEVEL='loud' is not one of"},
       {{{"TAIJI_LOG_LEVEL", "WARN"}}, "TAIJI_LOG_LEVEL='WARN'"},

@@ -4,11 +4,14 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "topology/graph.h"
+#include "topology/selection.h"
 #include "topology/strategies.h"
+#include "topology/text.h"
 
 using namespace taiji;
 
@@ -391,4 +394,38 @@ TEST_CASE("random parent arrays agree with a reference check", "[graph]") {
     REQUIRE(rot.root() == ((g.root() + shift) % n + n) % n);
   }
   CHECK(valid > 2000);
+}
+
+TEST_CASE("the strategy cache builds each built-in once, whichever thread asks first", "[graph]") {
+  const std::vector<int> host_of = {0, 0, 1, 1, 1};
+  StrategyCache cache(5, host_of);
+  const auto& names = strategy_names();
+  std::vector<std::vector<BoundStrategy>> seen(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < seen.size(); ++t) {
+    seen[t].resize(names.size());
+    threads.emplace_back([&, t] {
+      for (size_t k = 0; k < names.size(); ++k) {
+        // Every thread walks the ids from another starting point.
+        const size_t i = (k + t * 3) % names.size();
+        seen[t][i] = cache.get(static_cast<uint8_t>(i + 1));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (size_t i = 0; i < names.size(); ++i) {
+    CAPTURE(names[i]);
+    auto made = make_strategy(names[i], 5, host_of);
+    REQUIRE(made.is_ok());
+    const uint64_t digest = topology_digest(made.value());
+    for (const auto& s : seen) {
+      REQUIRE(s[i].strategy != nullptr);
+      CHECK(s[i].strategy == seen[0][i].strategy);  // one build, shared
+      CHECK(s[i].digest == digest);
+      CHECK(s[i].id == wire_id(digest));
+      CHECK(s[i].tag == wire_tag(digest));
+    }
+  }
+  CHECK(cache.get(0).strategy == nullptr);
+  CHECK(cache.get(static_cast<uint8_t>(names.size() + 1)).strategy == nullptr);
 }
