@@ -60,19 +60,23 @@ void taiji_grad_stats_destroy(taiji_grad_stats_t* stats) { delete stats; }
 
 taiji_status_t taiji_grad_stats_set_loss_scale(taiji_grad_stats_t* stats, double scale) {
   if (stats == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
-  return record(stats->peer, stats->impl->set_loss_scale(scale));
+  return guarded(stats->peer, [&] { return record(stats->peer, stats->impl->set_loss_scale(scale)); });
 }
 
 taiji_status_t taiji_grad_stats_commit(taiji_grad_stats_t* stats) {
   if (stats == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
-  stats->impl->commit();
-  return TAIJI_OK;
+  return guarded(stats->peer, [&] {
+    stats->impl->commit();
+    return TAIJI_OK;
+  });
 }
 
 taiji_status_t taiji_grad_stats_reset(taiji_grad_stats_t* stats) {
   if (stats == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
-  stats->impl->reset();
-  return TAIJI_OK;
+  return guarded(stats->peer, [&] {
+    stats->impl->reset();
+    return TAIJI_OK;
+  });
 }
 
 taiji_status_t taiji_grad_stats_read(const taiji_grad_stats_t* stats, taiji_grad_stats_result_t* out) {
@@ -100,18 +104,20 @@ taiji_status_t taiji_grad_stats_read(const taiji_grad_stats_t* stats, taiji_grad
 taiji_status_t taiji_grad_stats_tensor_variance(const taiji_grad_stats_t* stats, const char* name,
                                                 double* l2_norm, double* sum) {
   if (stats == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
-  if (name == nullptr) return invalid(stats->peer, "name is NULL");
-  if (!stats->impl->config().element_variance) {
-    return invalid(stats->peer, "element_variance is off for this statistics object");
-  }
-  taiji::TensorVariance v;
-  if (!stats->impl->tensor_variance(name, &v)) {
-    return record(stats->peer, {taiji::Code::InvalidArgument,
-                                std::string("no allreduce named '") + name + "' has completed with these statistics"});
-  }
-  if (l2_norm != nullptr) *l2_norm = v.l2;
-  if (sum != nullptr) *sum = v.sum;
-  return TAIJI_OK;
+  return guarded(stats->peer, [&]() -> taiji_status_t {
+    if (name == nullptr) return invalid(stats->peer, "name is NULL");
+    if (!stats->impl->config().element_variance) {
+      return invalid(stats->peer, "element_variance is off for this statistics object");
+    }
+    taiji::TensorVariance v;
+    if (!stats->impl->tensor_variance(name, &v)) {
+      return record(stats->peer, {taiji::Code::InvalidArgument,
+                                  std::string("no allreduce named '") + name + "' has completed with these statistics"});
+    }
+    if (l2_norm != nullptr) *l2_norm = v.l2;
+    if (sum != nullptr) *sum = v.sum;
+    return TAIJI_OK;
+  });
 }
 
 const char* taiji_grad_stats_state_string(taiji_grad_stats_state_t state) {

@@ -50,6 +50,9 @@ taiji_status_t build(int size, int pairs, MakeGraph make_graph, taiji_topology_t
   } catch (const std::bad_alloc&) {
     init_error = "out of memory";
     return TAIJI_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    init_error = e.what();
+    return TAIJI_ERR_INTERNAL;
   }
 }
 
@@ -104,7 +107,7 @@ taiji_status_t taiji_topology_from_text(const taiji_peer_t* peer, const char* te
     if (size < 1) return refuse("size must be at least 1 without a peer", topology);
     // A built-in is built for `size` ranks, up to size^2 parents; a peer's size is that of
     // a real job, but here nothing else bounds it. (An explicit text is bounded by its length.)
-    if (size > kMaxBuiltinRanksWithoutPeer && !taiji::topology_text_body(text).starts_with("pairs=")) {
+    if (size > kMaxBuiltinRanksWithoutPeer && taiji::strategy_id(taiji::topology_text_body(text)) != 0) {
       return refuse("size " + std::to_string(size) + ": without a peer, built-in topologies are made for at most " +
                         std::to_string(kMaxBuiltinRanksWithoutPeer) + " ranks",
                     topology);
@@ -118,12 +121,22 @@ taiji_status_t taiji_topology_from_text(const taiji_peer_t* peer, const char* te
   } catch (const std::bad_alloc&) {
     init_error = "out of memory";
     return TAIJI_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    init_error = e.what();
+    return TAIJI_ERR_INTERNAL;
   }
 }
 
 size_t taiji_topology_text(const taiji_topology_t* topology, char* buf, size_t len) {
   if (topology == nullptr) return 0;
-  std::string text = taiji::to_text(*topology->bound.strategy);
+  std::string text;
+  try {
+    text = taiji::to_text(*topology->bound.strategy);
+  } catch (...) {
+    // Out of memory for the text (a large topology's is tens of MB): nothing to give.
+    if (buf != nullptr && len > 0) buf[0] = '\0';
+    return 0;
+  }
   if (buf != nullptr && len > 0) {
     size_t n = std::min(len - 1, text.size());
     std::memcpy(buf, text.data(), n);

@@ -301,7 +301,8 @@ TAIJI_API taiji_status_t taiji_topology_from_text(const taiji_peer_t *peer, cons
                                                   int size, taiji_topology_t **topology);
 
 /* Writes the text form, NUL-terminated and cut to len bytes, and returns its full length
- * (without the NUL); buf may be NULL with len 0 to ask for the length. */
+ * (without the NUL); buf may be NULL with len 0 to ask for the length. Returns 0 (and
+ * writes an empty string) for NULL or when there is no memory to make the text. */
 TAIJI_API size_t taiji_topology_text(const taiji_topology_t *topology, char *buf, size_t len);
 /* 64-bit digest of the graphs, equal on every machine for equal graphs; 0 for NULL. */
 TAIJI_API uint64_t taiji_topology_digest(const taiji_topology_t *topology);

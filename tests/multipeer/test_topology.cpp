@@ -768,6 +768,8 @@ TEST_CASE("topology: invalid graphs are refused and the fault is named", "[topol
       // Built for 100000 ranks, a ring would be 10^10 parents.
       {attempt("text: built-in for a huge size without a peer", text("ring", 100000)), "at most 4096"},
       {attempt("text: padded built-in for a huge size", text(" \tclique", 4097)), "at most 4096"},
+      // Not a built-in: its own error, whatever the size.
+      {attempt("text: misspelt built-in for a huge size", text("rnig", 100000)), "unknown strategy 'rnig'"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.got.what, c.got.error);
