@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/byte_order.h"
 #include "monitor/log.h"
 
 namespace taiji {
@@ -87,17 +88,30 @@ void Fusion::start_round() {
   std::vector<FusionEntry> listed;
   uint64_t timeout_ms = 1;
   const uint64_t now = now_ms();
-  for (auto& [key, w] : waiting_) {
-    if (listed.size() == kRoundSlots) break;
-    w->listed = true;
-    listed.push_back(w->entry);
-    timeout_ms = std::max<uint64_t>(timeout_ms, w->deadline_ms > now ? w->deadline_ms - now : 1);
+  auto list = [&](Waiting& w) {
+    if (w.listed || listed.size() == kRoundSlots) return;
+    w.listed = true;
+    listed.push_back(w.entry);
+    timeout_ms = std::max<uint64_t>(timeout_ms, w.deadline_ms > now ? w.deadline_ms - now : 1);
+  };
+  // First what every rank that could list all its ops last time listed: the only ops
+  // that can settle if those ranks post nothing new.
+  for (const Key& key : wanted_) {
+    auto it = waiting_.find(key);
+    if (it != waiting_.end()) list(*it->second);
   }
+  // Then in hash order from the cursor, wrapping around: with more ops waiting than a
+  // round holds, every one is listed in turn.
+  for (auto it = waiting_.lower_bound(cursor_); it != waiting_.end(); ++it) list(*it->second);
+  for (auto it = waiting_.begin(); it != waiting_.end() && it->first < cursor_; ++it) list(*it->second);
+  last_listed_ = listed.empty() ? Key{} : Key{listed.back().hash, listed.back().version};
   auto round = std::make_shared<Round>();
-  const uint64_t bytes = kRoundSlots * kFusionEntryBytes;
+  const uint64_t bytes = kRoundHeaderBytes + kRoundSlots * kFusionEntryBytes;
   round->send.resize(bytes);
   round->recv.resize(bytes * static_cast<uint64_t>(opt_.size));
-  encode_fusion_entries(listed, round->send.data(), kRoundSlots);
+  put32(round->send.data(), static_cast<uint32_t>(deferred_));
+  put32(round->send.data() + 4, 0);
+  encode_fusion_entries(listed, round->send.data() + kRoundHeaderBytes, kRoundSlots);
   PostedOp op = internal_op(kRoundName, ++rounds_, OpKind::Allgather, nullptr, round->send.data(),
                             round->recv.data(), bytes, timeout_ms);
   op.finish_hook = [this, round](const Status& s) {
@@ -137,10 +151,15 @@ PostedOp Fusion::internal_op(const char* name, uint64_t version, OpKind kind, co
 void Fusion::on_round(const Round& round, const Status& s) {
   round_running_ = false;
   if (!s.is_ok()) {
-    // Ranks may now disagree on what was listed: nothing waiting can be settled safely.
-    // A timeout reads like an unfused op's: whom the negotiation was waiting for.
+    // Other ranks may have settled what this rank listed: those ops fail. Ops posted
+    // since were listed nowhere (a settled op is one every rank listed), so they wait
+    // for the next round. A timeout reads like an unfused op's: whom it waited for.
     const size_t cause = s.message().find("; ");
     for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (!it->second->listed) {
+        ++it;
+        continue;
+      }
       std::unique_ptr<Waiting> w = std::move(it->second);
       it = waiting_.erase(it);
       if (hooks_.has_early(w->op.name, w->op.version)) {
@@ -154,13 +173,23 @@ void Fusion::on_round(const Round& round, const Status& s) {
         finish(*w, {s.code(), title(w->op) + ": fusion negotiation failed: " + s.message()});
       }
     }
+    // Every rank's count of deferred rounds comes with the next round's lists.
+    deferred_ = 0;
+    wanted_.clear();
+    schedule();
     return;
   }
   std::vector<std::vector<FusionEntry>> lists;
-  const size_t per_rank = kRoundSlots * kFusionEntryBytes;
+  uint32_t deferred_before = 0;
+  const size_t per_rank = kRoundHeaderBytes + kRoundSlots * kFusionEntryBytes;
   for (int r = 0; r < opt_.size; ++r) {
-    lists.push_back(decode_fusion_entries(round.recv.data() + r * per_rank, kRoundSlots));
+    const uint8_t* block = round.recv.data() + r * per_rank;
+    // The most any rank counts: a rank whose copy of an earlier round failed counts
+    // fewer, and every rank must decide alike from this round on.
+    deferred_before = std::max(deferred_before, get32(block));
+    lists.push_back(decode_fusion_entries(block + kRoundHeaderBytes, kRoundSlots));
   }
+  note_wanted(lists);
   FusionOutcome outcome = settle_fusion_round(lists, opt_.rank);
   for (const FusionMismatch& m : outcome.mismatched) {
     auto it = waiting_.find({m.entry.hash, m.entry.version});
@@ -174,7 +203,7 @@ void Fusion::on_round(const Round& round, const Status& s) {
     log().error("{}", why.message());
     finish(*w, why);
   }
-  if (defer_settling(lists, outcome)) {
+  if (defer_settling(lists, outcome, deferred_before)) {
     for (auto& [key, w] : waiting_) w->listed = false;
     log().debug("fusion round {}: {} ops agreed, left for the next round: ranks are still posting",
                 rounds_, outcome.agreed.size());
@@ -201,15 +230,41 @@ void Fusion::on_round(const Round& round, const Status& s) {
               outcome.agreed.size(), groups.size(), outcome.mismatched.size(), waiting_.size());
   for (auto& [key, w] : waiting_) w->listed = false;
   held_ = outcome.agreed.empty() && outcome.mismatched.empty();
+  // Nothing settled: the next round lists from where this one stopped.
+  if (held_) cursor_ = next_key(last_listed_);
   start_round();
 }
 
-bool Fusion::defer_settling(const std::vector<std::vector<FusionEntry>>& lists, const FusionOutcome& outcome) {
+void Fusion::note_wanted(const std::vector<std::vector<FusionEntry>>& lists) {
+  // A rank whose list is not full listed every op it has waiting; an op missing from such
+  // a list cannot settle until that rank posts it.
+  wanted_.clear();
+  const std::vector<FusionEntry>* shortest = nullptr;
+  for (const auto& list : lists) {
+    if (list.size() < kRoundSlots && (shortest == nullptr || list.size() < shortest->size())) shortest = &list;
+  }
+  if (shortest == nullptr) return;
+  for (const FusionEntry& e : *shortest) {
+    bool everywhere = true;
+    for (const auto& list : lists) {
+      if (list.size() == kRoundSlots) continue;
+      everywhere = everywhere && std::any_of(list.begin(), list.end(), [&](const FusionEntry& o) { return o.same_op(e); });
+    }
+    if (everywhere) wanted_.push_back({e.hash, e.version});
+  }
+}
+
+Fusion::Key Fusion::next_key(const Key& key) {
+  return key.second == UINT64_MAX ? Key{key.first + 1, 0} : Key{key.first, key.second + 1};
+}
+
+bool Fusion::defer_settling(const std::vector<std::vector<FusionEntry>>& lists, const FusionOutcome& outcome,
+                            uint32_t deferred_before) {
   size_t longest = 0;
   for (const auto& list : lists) longest = std::max(longest, list.size());
   const size_t settled = outcome.agreed.size() + outcome.mismatched.size();
-  const bool defer = !outcome.agreed.empty() && settled < longest && deferred_ < kMaxDeferredRounds;
-  deferred_ = defer ? deferred_ + 1 : 0;
+  const bool defer = !outcome.agreed.empty() && settled < longest && deferred_before < kMaxDeferredRounds;
+  deferred_ = defer ? static_cast<int>(deferred_before) + 1 : 0;
   return defer;
 }
 

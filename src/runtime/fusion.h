@@ -60,8 +60,10 @@ class Fusion {
  public:
   static constexpr const char* kRoundName = "taiji.fuse.round";
   static constexpr const char* kGroupName = "taiji.fuse";
-  // Ops one round can list: 128 entries, 6 KiB per rank.
+  // Ops one round can list: 128 entries, 6 KiB per rank, after a header (the sender's
+  // count of rounds deferred in a row, u32, and 4 bytes of zeros).
   static constexpr size_t kRoundSlots = 128;
+  static constexpr size_t kRoundHeaderBytes = 8;
   // Kept for reuse: a send and a receive buffer for each of two groups in flight.
   static constexpr size_t kSpareBuffers = 4;
   // Rounds in a row that may leave their agreed ops for the next (a rank's op that the
@@ -96,7 +98,12 @@ class Fusion {
   // Settling now would run what is agreed so far as one group and the rest as another
   // after the next round; one more round (far cheaper than a group) usually settles the
   // batch whole. Decided from the round's lists alone, so every rank decides alike.
-  bool defer_settling(const std::vector<std::vector<FusionEntry>>& lists, const FusionOutcome& outcome);
+  // deferred_before: the most rounds in a row any rank says it deferred.
+  bool defer_settling(const std::vector<std::vector<FusionEntry>>& lists, const FusionOutcome& outcome,
+                      uint32_t deferred_before);
+  // The ops listed by every rank whose list had room left: listed first next round.
+  void note_wanted(const std::vector<std::vector<FusionEntry>>& lists);
+  static Key next_key(const Key& key);
   void start_group(const FusionGroup& plan, uint64_t version);
   void on_group(Group& group, const Status& s);
   void finish(Waiting& w, const Status& s);
@@ -114,6 +121,9 @@ class Fusion {
   std::vector<std::vector<uint8_t>> spare_;
   uint64_t rounds_ = 0;
   int deferred_ = 0;             // rounds in a row that left their agreed ops
+  std::vector<Key> wanted_;      // from the last round: see note_wanted
+  Key cursor_{};                 // where listing starts (moves when a round settles nothing)
+  Key last_listed_{};
   size_t running_ = 0;           // ops in groups still running
   bool round_running_ = false;
   bool scheduled_ = false;
