@@ -465,10 +465,10 @@ TEST_CASE("topology: a swap back to the automatic choice with NULL", "[topology]
 }
 
 TEST_CASE("topology: equal graphs proposed in different forms", "[topology]") {
-  // The agreement compares digests, which ignore how a topology was made. Whatever the
-  // swap answers, every peer must answer the same and the ops after it must run. With all
-  // ranks on one host, tree (a star to the host's leader) and binary_tree over 3 ranks are
-  // the same graphs.
+  // The agreement compares digests, which ignore how a topology was made: equal graphs
+  // must agree, every peer must answer the same and the ops after it must run on them. With
+  // all ranks on one host, tree (a star to the host's leader) and binary_tree over 3 ranks
+  // are the same graphs.
   const std::string variant = GENERATE(as<std::string>{}, "star text vs parents", "tree vs binary_tree");
   const int n = 3;
   CAPTURE(variant, n);
@@ -489,10 +489,9 @@ TEST_CASE("topology: equal graphs proposed in different forms", "[topology]") {
     taiji_op_options_t opt = op_options(5000);
     taiji_status_t s = taiji_set_topology(peer, mine.get(), &opt, nullptr);
     answered[static_cast<size_t>(rank)] = s;
-    failures.expect(rank, s == TAIJI_OK || s == TAIJI_ERR_MISMATCH,
-                    "set_topology: " + status_text(s) + ": " + taiji_peer_last_error(peer));
+    failures.expect(rank, s == TAIJI_OK, "set_topology: " + status_text(s) + ": " + taiji_peer_last_error(peer));
     auto a = post_allreduce(peer, rank, "forms/after", 7, TAIJI_I32, failures);
-    if (a && finish_allreduce(peer, *a, n, rank, failures) && s == TAIJI_OK) {
+    if (a && finish_allreduce(peer, *a, n, rank, failures)) {
       failures.expect(rank, a->digest_used == d, "after an agreed swap the op ran on " + hex(a->digest_used) +
                                                       ", the proposals' digest is " + hex(d));
     }
