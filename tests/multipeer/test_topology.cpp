@@ -405,7 +405,13 @@ TEST_CASE("topology: ops held behind several unfinished swaps end when the peer 
                              TAIJI_OK);
     }
     auto held = post_allreduce(peer, rank, "held/behind/swaps", 7, TAIJI_I32, failures);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first swap is running
+    // The first swap is running (it is in the flight recorder) and the rest wait at the gate.
+    size_t started = 0;
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while ((started = count_named(peer, "taiji.set_topology")) == 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    failures.expect(rank, started == 1, std::to_string(started) + " swaps started, expected the first only");
     failures.expect_status(rank, "abort", taiji_peer_abort(peer), TAIJI_OK);
     for (taiji_request_t* swap : swaps) {
       if (swap == nullptr) continue;
