@@ -10,7 +10,7 @@ run_job() {  # run_job NAME ENV-FOR-RANK-FUNCTION
   local name=$1 envfn=$2 pids=() out
   out=$(mktemp -d)
   for r in 0 1 2; do
-    env -i PATH="$PATH" $($envfn $r) "$consumer" >"$out/$r" 2>&1 &
+    env -i PATH="$PATH" $($envfn $r) timeout 60 "$consumer" >"$out/$r" 2>&1 &
     pids+=($!)
   done
   local ok=1

@@ -545,6 +545,17 @@ bool await_calls(const CallbackLog& log, int want, std::chrono::milliseconds lim
   return log.calls.load() == want;
 }
 
+size_t count_named(taiji_peer_t* peer, const std::string& name) {
+  size_t needed = 0;
+  taiji_flight_recorder_json(peer, nullptr, 0, &needed);
+  std::string json(needed + 1, '\0');
+  if (taiji_flight_recorder_json(peer, json.data(), json.size(), &needed) != TAIJI_OK) return 0;
+  size_t found = 0;
+  const std::string mark = "\"name\":\"" + name + "\"";
+  for (size_t at = json.find(mark); at != std::string::npos; at = json.find(mark, at + 1)) ++found;
+  return found;
+}
+
 bool in_quick_range(int n, int quick_max) {
   const char* quick = std::getenv("TAIJI_TEST_QUICK");
   const bool on = quick != nullptr && *quick != 0 && std::string(quick) != "0";

@@ -99,6 +99,10 @@ uint64_t metric_value(taiji_peer_t* peer, const std::string& field, int link_pee
 // Options with a deadline, so a hang becomes a failure rather than a stuck test.
 taiji_op_options_t op_options(int64_t timeout_ms = 20000, const char* topology = nullptr);
 
+// How many flight recorder entries carry exactly this op name (an entry appears when the
+// op starts).
+size_t count_named(taiji_peer_t* peer, const std::string& name);
+
 // TAIJI_TEST_QUICK set (and not 0): the sweeps over world sizes stop at `quick_max` peers.
 // The sanitizer passes set it: they run 3-10x slower, and the races and memory errors they
 // look for do not depend on how many of the larger sizes run (the plain pass runs them).

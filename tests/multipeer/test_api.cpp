@@ -301,10 +301,14 @@ TEST_CASE("api: option and config structs from older callers", "[api]") {
 
 TEST_CASE("api: a failed async op's error text", "[api]") {
   Failures failures;
+  std::atomic<bool> waited{false};
   auto lines = run_peers(2, [&](taiji_peer_t* peer, int rank) {
-    // Rank 1 never posts "lonely": rank 0's op times out, and its request says so.
+    // Rank 1 never posts "lonely": rank 0's op times out, and its request says so. Rank 1
+    // stays until then (leaving would end the op with PeerLost instead).
     if (rank == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      auto deadline = Clock::now() + std::chrono::seconds(20);
+      while (!waited.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      failures.expect(rank, waited.load(), "rank 0's wait did not return within 20 s");
       return;
     }
     float x = 1;
@@ -312,9 +316,13 @@ TEST_CASE("api: a failed async op's error text", "[api]") {
     taiji_request_t* req = nullptr;
     failures.expect_status(rank, "post", taiji_allreduce(peer, "lonely", &x, &x, 1, TAIJI_F32, TAIJI_SUM, &opt, &req),
                            TAIJI_OK);
-    if (req == nullptr) return;
+    if (req == nullptr) {
+      waited.store(true);
+      return;
+    }
     failures.expect(rank, std::string(taiji_request_error(req)).empty(), "error text before completion");
     failures.expect_status(rank, "wait", taiji_request_wait(req, 20000), TAIJI_ERR_TIMEOUT);
+    waited.store(true);
     std::string text = taiji_request_error(req);
     failures.expect(rank, text.find("'lonely' version 1 timed out after 300 ms") != std::string::npos &&
                               text.find("rank(s) 1") != std::string::npos,

@@ -4,10 +4,12 @@
 // contract says so.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -27,6 +29,19 @@ bool await_flag(const std::atomic<bool>& flag, std::chrono::milliseconds limit) 
   auto deadline = Clock::now() + limit;
   while (!flag.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return flag.load();
+}
+
+// A link counter of this peer's metrics ("bytes_sent" or "bytes_received") for the link
+// to rank `other`; 0 when the snapshot fails.
+uint64_t link_bytes(taiji_peer_t* peer, int other, const std::string& field) {
+  size_t needed = 0;
+  taiji_metrics_json(peer, nullptr, 0, &needed);
+  std::string json(needed + 4096, '\0');
+  if (taiji_metrics_json(peer, json.data(), json.size(), &needed) != TAIJI_OK) return 0;
+  size_t at = json.find("{\"peer\":" + std::to_string(other) + ",");
+  const std::string key = "\"" + field + "\":";
+  if (at != std::string::npos) at = json.find(key, at);
+  return at == std::string::npos ? 0 : std::strtoull(json.c_str() + at + key.size(), nullptr, 10);
 }
 
 bool has_message(taiji_peer_t* peer) {
@@ -821,50 +836,96 @@ TEST_CASE("errors: destroy without finalize aborts running ops; their requests s
 
 TEST_CASE("errors: abort in the middle of a large transfer", "[errors]") {
   // Abort must complete ops whose payloads are half sent or half received, and the
-  // partner must see a lost peer, not a hang (or a signal).
+  // partner must see a lost peer, not a hang (or a signal). Rank 0 aborts once part of
+  // rank 1's payload has arrived, at one of three points. The abort takes effect on the
+  // I/O thread a moment later, and the transfer goes on until then, so a round counts
+  // only if the links' byte counts show that neither op could have finished: less than
+  // a whole payload arrived at rank 0, and less than one left it. Enough rounds must count
+  // to show that an abort does catch ops mid-transfer.
   constexpr int n = 2;
   constexpr size_t kCount = size_t{8} << 20;  // 32 MiB of f32 per peer
-  constexpr int kRounds = 3;
+  constexpr uint64_t kPayload = kCount * sizeof(float);
+  constexpr int kMaxRounds = 10;  // under a sanitizer on a loaded machine, some rounds do not count
+  constexpr int kWanted = 2;
   Failures failures;
   // Outside the peers' threads: if an op never completes, its buffers must stay valid.
   std::array<std::vector<float>, n> buffers;
-  for (auto& b : buffers) b.assign(kCount, 1.0f);
-  for (int round = 0; round < kRounds; ++round) {
+  int counted = 0;
+  for (int round = 0; round < kMaxRounds && counted < kWanted; ++round) {
+    for (auto& b : buffers) b.assign(kCount, 1.0f);
     PeerOptions options;
     options.finalize_ok = [](int rank, taiji_status_t s) {
       return s == TAIJI_OK || (rank == 1 && s == TAIJI_ERR_PEER_LOST);
     };
+    // 1, 3 or 6 MiB of rank 1's payload before the abort.
+    const uint64_t abort_after = uint64_t{round % 3 == 0 ? 1u : round % 3 == 1 ? 3u : 6u} << 20;
+    std::atomic<bool> posted{false};
     std::atomic<bool> aborted{false};
+    std::atomic<bool> mid_transfer{false};
     auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
       const std::string at = " (round " + std::to_string(round + 1) + ")";
+      const auto summed = [&] {
+        return std::all_of(buffers[rank].begin(), buffers[rank].end(), [](float v) { return v == 2.0f; });
+      };
       taiji_op_options_t opt = op_options(30000);
       taiji_request_t* req = nullptr;
       if (!failures.expect_status(rank, "post big" + at,
                                   taiji_allreduce(peer, "big", buffers[rank].data(), buffers[rank].data(), kCount,
                                                   TAIJI_F32, TAIJI_SUM, &opt, &req),
                                   TAIJI_OK)) {
+        posted.store(true);
         aborted.store(true);
         return;
       }
       if (rank == 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5 + 10 * round));
+        failures.expect(rank, await_flag(posted, std::chrono::seconds(20)), "rank 1 never posted" + at);
+        auto deadline = Clock::now() + std::chrono::seconds(20);
+        while (link_bytes(peer, 1, "bytes_received") < abort_after && taiji_request_test(req) == TAIJI_IN_PROGRESS &&
+               Clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        const bool running = taiji_request_test(req) == TAIJI_IN_PROGRESS;
         failures.expect_status(rank, "abort" + at, taiji_peer_abort(peer), TAIJI_OK);
-        aborted.store(true);
         taiji_status_t s = taiji_request_wait(req, 3000);
-        failures.expect(rank, s == TAIJI_ERR_ABORTED || s == TAIJI_OK,
-                        "big" + at + ": " + status_text(s) + " 3 s after abort, expected TAIJI_ERR_ABORTED");
+        // The links are closed once the op has ended: the counts are final.
+        const uint64_t got = link_bytes(peer, 1, "bytes_received");
+        const uint64_t gave = link_bytes(peer, 1, "bytes_sent");
+        const bool counts = running && got < kPayload && gave < kPayload;
+        mid_transfer.store(counts);
+        aborted.store(true);
+        if (counts) {
+          failures.expect(rank, s == TAIJI_ERR_ABORTED,
+                          "big" + at + ": " + status_text(s) + " 3 s after an abort mid-transfer (" +
+                              std::to_string(got) + " bytes in, " + std::to_string(gave) +
+                              " out), expected TAIJI_ERR_ABORTED");
+        } else {
+          failures.expect(rank, s == TAIJI_ERR_ABORTED || (s == TAIJI_OK && summed()),
+                          "big" + at + ": " + status_text(s) + " 3 s after the abort" +
+                              (s == TAIJI_OK ? ", with a wrong sum" : ""));
+        }
       } else {
-        failures.expect(rank, await_flag(aborted, std::chrono::seconds(20)), "rank 0 never aborted");
+        posted.store(true);
+        failures.expect(rank, await_flag(aborted, std::chrono::seconds(40)), "rank 0 never aborted" + at);
         auto start = Clock::now();
-        taiji_status_t s = taiji_request_wait(req, 5000);
-        failures.expect(rank, s == TAIJI_ERR_PEER_LOST || s == TAIJI_OK,
-                        "big" + at + ": " + status_text(s) + " 5 s after the partner aborted, expected "
-                        "TAIJI_ERR_PEER_LOST (took " + std::to_string(ms_since(start)) + " ms)");
+        taiji_status_t s = taiji_request_wait(req, 10000);
+        const std::string took = " (took " + std::to_string(ms_since(start)) + " ms)";
+        if (mid_transfer.load()) {
+          failures.expect(rank, s == TAIJI_ERR_PEER_LOST,
+                          "big" + at + ": " + status_text(s) + " after the partner aborted mid-transfer, "
+                          "expected TAIJI_ERR_PEER_LOST" + took);
+        } else {
+          failures.expect(rank, s == TAIJI_ERR_PEER_LOST || (s == TAIJI_OK && summed()),
+                          "big" + at + ": " + status_text(s) + " after the partner aborted" +
+                              (s == TAIJI_OK ? ", with a wrong sum" : "") + took);
+        }
       }
       taiji_request_free(req);
     }, options);
     failures.add_all(lines);
+    if (mid_transfer.load()) counted++;
   }
+  failures.expect(-1, counted == kWanted, std::to_string(counted) + " round(s) aborted both ops mid-transfer, wanted " +
+                                              std::to_string(kWanted));
   check_no_failures(failures);
 }
 

@@ -20,18 +20,6 @@ namespace {
 
 using namespace taiji_test;
 
-// How many flight recorder entries carry exactly this op name.
-size_t count_named(taiji_peer_t* peer, const std::string& name) {
-  size_t needed = 0;
-  taiji_flight_recorder_json(peer, nullptr, 0, &needed);
-  std::string json(needed + 1, '\0');
-  if (taiji_flight_recorder_json(peer, json.data(), json.size(), &needed) != TAIJI_OK) return 0;
-  size_t found = 0;
-  const std::string mark = "\"name\":\"" + name + "\"";
-  for (size_t at = json.find(mark); at != std::string::npos; at = json.find(mark, at + 1)) ++found;
-  return found;
-}
-
 std::string last_error(taiji_peer_t* peer) { return taiji_peer_last_error(peer); }
 
 }  // namespace
@@ -129,8 +117,12 @@ TEST_CASE("group: held ops wait for the outermost end; misuse fails at once and 
                              TAIJI_OK);
     });
     other.join();
-    // On a single peer an op completes as soon as it starts: still running means held.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // The loop starts ops in the order they reach it, so had a and b not been held they
+    // would have started before the barrier, which did (an op enters the flight recorder
+    // as it starts); and on a single peer an op completes as soon as it starts.
+    failures.expect(rank, count_named(peer, "held/other") == 1, "the other thread's barrier is not recorded");
+    failures.expect(rank, count_named(peer, "held/a") == 0 && count_named(peer, "held/b") == 0,
+                    "an op of the open group started");
     failures.expect_status(rank, "test a in the group", taiji_request_test(a), TAIJI_IN_PROGRESS);
     failures.expect_status(rank, "test b after the inner end", taiji_request_test(b), TAIJI_IN_PROGRESS);
     const auto before = Clock::now();

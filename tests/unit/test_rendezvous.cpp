@@ -2,6 +2,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -53,6 +54,13 @@ std::string u32le(uint32_t v) {
   std::string s;
   for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
   return s;
+}
+
+// Bounds every blocking receive on fd: a reply cut short fails the test after timeout_ms
+// instead of hanging it.
+void bound_receives(int fd, int timeout_ms) {
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  REQUIRE(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
 }
 
 struct RawSocket {
@@ -243,6 +251,7 @@ TEST_CASE("rendezvous survives misbehaving clients", "[rendezvous]") {
   char reply[5];
   pollfd p{half.fd, POLLIN, 0};
   REQUIRE(poll(&p, 1, 5000) == 1);
+  bound_receives(half.fd, 10000);
   REQUIRE(recv(half.fd, reply, sizeof(reply), MSG_WAITALL) == 5);
   CHECK(reply[0] == 0);
   auto got = good->get("abcdefghij", 1000);
@@ -397,6 +406,7 @@ TEST_CASE("rendezvous out of descriptors waits for them instead of spinning", "[
   pollfd p{fd, POLLIN, 0};
   REQUIRE(poll(&p, 1, 10000) == 1);
   char reply[5];
+  bound_receives(fd, 10000);
   REQUIRE(recv(fd, reply, sizeof reply, MSG_WAITALL) == 5);
   CHECK(reply[0] == 0);
   close(fd);

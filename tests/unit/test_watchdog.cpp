@@ -93,8 +93,8 @@ void run_late_allreduce(int64_t stall_warn_ms, int delay_ms, bool grouped = fals
   for (auto& t : threads) t.join();
   for (int r = 0; r < kPeers; ++r) {
     CAPTURE(r);
-    CHECK(failures[r].empty());
     INFO(failures[r]);
+    CHECK(failures[r].empty());
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <future>
 #include <string>
@@ -100,9 +101,28 @@ Destroyed destroy(Member& m) {
   auto done = std::async(std::launch::async, [&m] { m.victim.reset(); });
   d.unaided = done.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
   if (!d.unaided) m.fake.socket().wait_closed(after_ms(60000));
-  done.wait();
+  // A destroy still running uses this Member, and the future's destructor would wait for
+  // it anyway: stop with a reason rather than hang.
+  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "wire limits: rank 0's destroy did not end within 60 s of rank 1 reading again\n");
+    std::abort();
+  }
   d.ms = ms_between(start, Clock::now());
   return d;
+}
+
+// What rank 0 has read from rank 1 so far.
+uint64_t read_from_fake(Member& m) { return m.victim->metrics().link_counters()[1].received.load(); }
+
+// Waits until rank 0 has read `bytes` more from rank 1 than `before`: what a test measures
+// next then covers every frame sent. False after 20 s.
+bool await_read(Member& m, uint64_t before, uint64_t bytes) {
+  auto deadline = after_ms(20000);
+  while (read_from_fake(m) - before < bytes) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 double kib(size_t before, size_t after) {
@@ -184,12 +204,13 @@ TEST_CASE("limits: Queries from a rank that never reads its Answers cost nothing
   // The first batch fills the kernel's socket buffers and whatever rank 0 allows itself
   // to queue; the second must then cost nothing more.
   const size_t start = resident_bytes();
+  const uint64_t read_before = read_from_fake(m);
+  // Rank 0 never stops reading Queries, and answers each as it reads it.
   flood_queries(m.fake, kBatch, 0);
-  // Rank 0 never stops reading Queries; give it a moment to answer what is in flight.
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  REQUIRE(await_read(m, read_before, kBatch * kQueryBytes));
   const size_t before = resident_bytes();
   Flood f = flood_queries(m.fake, kBatch, kBatch);
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  REQUIRE(await_read(m, read_before, 2 * kBatch * kQueryBytes));
   const size_t after = resident_bytes();
   std::printf("wire limits: 2 x %zu Queries (%.1f MiB each), none of the Answers read: RSS %+.0f KiB after "
               "the first, %+.0f KiB more after the second\n",
@@ -204,11 +225,12 @@ TEST_CASE("limits: rank 0 is destroyed promptly while rank 1 does not read", "[l
   Member m([](Config&) {});
   // Enough Answers to fill the kernel's socket buffers and rank 0's own queue: its
   // graceful close can never drain them, so only its forced close can end it.
+  const uint64_t read_before = read_from_fake(m);
   Flood f = flood_queries(m.fake, 300000);
   REQUIRE_FALSE(f.stalled);
   // Let rank 0 read every Query first: one arriving during its close would fail a write
   // and drop the link at once, skipping the forced close under test.
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  REQUIRE(await_read(m, read_before, f.frames * kQueryBytes));
   Destroyed d = destroy(m);
   std::printf("wire limits: rank 0 with Answers for %zu Queries unread by rank 1: destroyed in %.0f ms%s\n",
               f.frames, d.ms, d.unaided ? "" : " (only once rank 1 read them)");
