@@ -146,8 +146,8 @@ TEST_CASE("fusion rounds: a round that failed on one rank only leaves the ranks 
       std::vector<int32_t> x_out(64, 0);
       std::vector<int32_t> w_out(64, 0);
       taiji_op_options_t x_short = op_options(300);
-      taiji_op_options_t x_long = op_options(4000);
-      taiji_op_options_t w_opt = op_options(3000);
+      taiji_op_options_t x_long = op_options(8000);
+      taiji_op_options_t w_opt = op_options(6000);
       taiji_request_t* x = nullptr;
       taiji_request_t* w = nullptr;
       if (rank == early) {
