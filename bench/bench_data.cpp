@@ -12,11 +12,15 @@ namespace {
 // is exact as long as the final one stays within the type's exact limit; the check can
 // then demand bitwise-equal results instead of a tolerance.
 //
-//   sum:     x = b*(rank+1) + m           result = b*n(n+1)/2 + n*m
-//   min/max: x = b*(rank+1) + m           result = b + m  /  b*n + m
-//   prod:    x = 2 + j%3 on rank j%n, 1 elsewhere          result = 2 + j%3
-//   avg:     x = m + 1, plus n on rank j%n                 result = m + 2
+//   sum:     x = b*(rank+1) + m                  result = b*n(n+1)/2 + n*m
+//   min/max: x = b*((rank+j)%n + 1) + m          result = b + m  /  b*n + m
+//   prod:    x = 2 + j%3 on rank j%n, 2 on rank (j+1)%n, 1 elsewhere
+//                                                result = 2*(2 + j%3)  (n = 1: 2 + j%3)
+//   avg:     x = m + 1, plus n on rank j%n       result = m + 2
 //
+// Every rank holds the extreme of some elements (min/max), and two ranks differ from 1
+// (prod), so a result that left out a rank, or took one rank's buffer, or the max for
+// the product, fails the check.
 // with j = element index + seed, m = j % k. b (0 or 1) and k (1..64) are the largest
 // that keep the result within the limit, so tiny types and huge worlds degrade to
 // fewer distinct values rather than to wrong expectations.
@@ -60,8 +64,8 @@ uint64_t input_value(const Plan& p, taiji_reduce_op_t op, uint64_t rank, uint64_
   switch (op) {
     case TAIJI_SUM:
     case TAIJI_MIN:
-    case TAIJI_MAX: return p.b * (rank + 1) + m;
-    case TAIJI_PROD: return rank == j % n ? 2 + j % 3 : 1;
+    case TAIJI_MAX: return p.b * ((rank + j) % n + 1) + m;
+    case TAIJI_PROD: return rank == j % n ? 2 + j % 3 : n > 1 && rank == (j + 1) % n ? 2 : 1;
     case TAIJI_AVG: return m + 1 + (rank == j % n ? n : 0);
   }
   return 0;
@@ -74,7 +78,7 @@ uint64_t expected_value(const Plan& p, taiji_reduce_op_t op, uint64_t n, uint64_
     case TAIJI_SUM: return p.b * (n * (n + 1) / 2) + n * m;
     case TAIJI_MIN: return p.b + m;
     case TAIJI_MAX: return p.b * n + m;
-    case TAIJI_PROD: return 2 + j % 3;
+    case TAIJI_PROD: return n > 1 ? 2 * (2 + j % 3) : 2 + j % 3;
     case TAIJI_AVG: return m + 2;
   }
   return 0;

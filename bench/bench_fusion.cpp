@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -194,6 +195,13 @@ int run_fusion_test(const Options& o) {
     }
   } catch (const Failure& f) {
     std::fprintf(stderr, "taiji-bench: rank %d: %s\n", rank, f.what.c_str());
+    for (Side& side : sides) {
+      if (side.peer != nullptr) taiji_peer_abort(side.peer);
+    }
+    code = 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "taiji-bench: rank %d: out of memory for %d x %s buffers\n", rank, o.fusion_ops,
+                 format_bytes(o.fusion_op_bytes).c_str());
     for (Side& side : sides) {
       if (side.peer != nullptr) taiji_peer_abort(side.peer);
     }

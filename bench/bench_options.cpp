@@ -234,6 +234,7 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
   Options o;
   o.dtype = find_dtype("f32");
   bool redop_given = false;
+  bool fusion_mode_given = false;  // --fusion or --group
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     std::string_view key = arg;
@@ -352,11 +353,13 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
       }
       o.fusion_ops = static_cast<int>(n);
     } else if (key == "--fusion") {
+      fusion_mode_given = true;
       if (value == "on") o.fusion = FusionMode::kOn;
       else if (value == "off") o.fusion = FusionMode::kOff;
       else if (value == "both") o.fusion = FusionMode::kBoth;
       else return bad("expected on, off or both");
     } else if (key == "--group") {
+      fusion_mode_given = true;
       if (value == "on") o.fusion_group = true;
       else if (value == "off") o.fusion_group = false;
       else return bad("expected on or off");
@@ -398,6 +401,23 @@ ParseResult parse_options(int argc, char** argv, Options* out, std::string* erro
   }
   if (o.fusion_ops > 0 && o.fusion_op_bytes < o.dtype->size) {
     return reject("--fusion-test op size is below one " + std::string(o.dtype->name) + " element");
+  }
+  if (o.fusion_ops > 0 && o.fusion_op_bytes % o.dtype->size != 0) {
+    return reject("--fusion-test op size is not a whole number of " + std::string(o.dtype->name) + " elements");
+  }
+  if (o.fusion_ops > 0 && (!o.csv_path.empty() || !o.json_path.empty() || !o.topology.empty() ||
+                           o.metrics != MetricsMode::kDefault)) {
+    return reject("--fusion-test prints its own table on the automatic topology; drop --csv, --json, "
+                  "--topology and --metrics");
+  }
+  if (o.fusion_ops == 0 && fusion_mode_given) {
+    return reject("--fusion and --group apply to --fusion-test only");
+  }
+  // A sweep needs one whole element at the largest size (a swap run times that size);
+  // sizes are rounded down to whole elements, and an explicit 0 runs empty ops.
+  if (o.op != OpKind::kBarrier && o.fusion_ops == 0 && o.min_bytes > 0 && o.max_bytes < o.dtype->size) {
+    return reject("--max-bytes " + std::to_string(o.max_bytes) + " is below one " +
+                  std::string(o.dtype->name) + " element (" + std::to_string(o.dtype->size) + " bytes)");
   }
   if (redop_given && o.op != OpKind::kAllreduce) {
     *error = std::string("--redop applies to allreduce only, not ") + op_name(o.op);

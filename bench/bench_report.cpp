@@ -141,12 +141,13 @@ void print_footer(const RunInfo& info, const std::vector<Row>& rows, bool all_ok
   double sum = 0;
   int n = 0;
   for (const Row& r : rows) {
-    if (!r.has_bandwidth) continue;
+    // A wrong result's speed says nothing: failed rows are left out.
+    if (!r.has_bandwidth || std::strcmp(r.check, "FAIL") == 0) continue;
     sum += r.busbw_gbps;
     ++n;
   }
   std::printf("#\n");
-  if (n > 0) std::printf("# avg busbw: %.3f GB/s over %d sizes\n", sum / n, n);
+  if (n > 0) std::printf("# avg busbw: %.3f GB/s over %d sizes (rows that passed)\n", sum / n, n);
   if (checks_data(*info.options)) {
     std::printf("# check: %s\n", all_ok ? "all ok" : "FAILED (see rows marked FAIL)");
   }
@@ -243,10 +244,16 @@ void print_sweep_table(const RunInfo& info, const std::vector<std::string>& name
   }
   std::printf("#\n# %12s", bandwidth ? "avg busbw" : "avg time");
   for (size_t t = 0; t < names.size(); ++t) {
+    // Failed rows are left out: a wrong result's speed says nothing.
     double sum = 0;
-    for (const Row& r : rows[t]) sum += score(r);
+    size_t counted = 0;
+    for (const Row& r : rows[t]) {
+      if (std::strcmp(r.check, "FAIL") == 0) continue;
+      sum += score(r);
+      ++counted;
+    }
     std::printf(bandwidth ? " %*.4f" : " %*.1f", kWidth,
-                rows[t].empty() ? 0.0 : sum / static_cast<double>(rows[t].size()));
+                counted == 0 ? 0.0 : sum / static_cast<double>(counted));
   }
   std::printf("\n# %12s", "wins");
   for (int w : wins) std::printf(" %*d", kWidth, w);

@@ -177,8 +177,9 @@ inline bool verify_allreduce(const float* p, size_t count, int world, int seed) 
 }
 
 // In-place allreduce input whose sum over ranks is zero (rank r holds (2r - n + 1) * v):
-// ops run back to back on the same buffer and the values stay exact. The timed loop's
-// result is then all zeros, and the extra checked op uses fill_allreduce.
+// ops run back to back on the same buffer and the values stay exact. The last timed op
+// gets fill_allreduce inputs (untimed) so that its result is checked, and the extra
+// checked op uses fill_allreduce with another seed.
 inline void fill_zero_sum(float* p, size_t count, int rank, int world) {
   const float k = static_cast<float>(2 * rank - world + 1);
   for (size_t i = 0; i < count; ++i) p[i] = k * (base_value(i, 1) + 1);

@@ -58,9 +58,9 @@ def fmt_size(b):
 
 
 def best_rows(rows):
-    """One row per (case, op, n, size, impl): per algorithm the round with the median time
-    (and the median CPU cost over the rounds), then the fastest algorithm (Gloo reports
-    several). Wrong results are left out."""
+    """One row per (case, op, n, size, impl): per algorithm the median over the rounds of
+    the time (bandwidths follow from it) and of the CPU cost, then the fastest algorithm
+    (Gloo reports several). Wrong results are left out."""
     rounds = {}
     for r in rows:
         if r.get("check") != "FAIL":
@@ -70,6 +70,14 @@ def best_rows(rows):
     for key, rs in rounds.items():
         rs = sorted(rs, key=lambda r: r["time_us"])
         r = dict(rs[(len(rs) - 1) // 2])
+        # An even number of rounds: the mean of the middle two, not the faster one.
+        median_us = statistics.median(x["time_us"] for x in rs)
+        if r["time_us"] > 0 and median_us != r["time_us"]:
+            scale = r["time_us"] / median_us
+            for field in ("algbw_gbps", "busbw_gbps"):
+                if r.get(field) is not None:
+                    r[field] *= scale
+            r["time_us"] = median_us
         cpus = [x["cpu_s_per_op"] for x in rs if x.get("cpu_s_per_op") is not None]
         r["cpu_s_per_op"] = statistics.median(cpus) if cpus else None
         r["rounds"] = len(rs)

@@ -9,7 +9,9 @@
 #              of its algorithms), MPI (btl tcp), torch
 #     shm      n=2 and n=4 allreduce 1..64 MiB: taiji as it chooses vs MPI shared memory
 #              (btl vader)
-#     latency  n=2 allreduce 4 B (taiji, MPI tcp, Gloo, torch), n=4 barrier (the same)
+#     latency  n=2 allreduce 4 B (taiji, MPI tcp, Gloo, torch), n=4 barrier (the same);
+#              taiji as it chooses (shared memory between local peers), and again in
+#              the rows "lattcp" with TAIJI_SHM=off against the same MPI over TCP
 #     fusion   100 x 4 KiB named allreduces posted together, taiji fusion on vs off (only
 #              when taiji-bench has such a mode)
 #     netns    4 emulated hosts at RATE (1gbit) from ../shared/tools/netns-cluster: allreduce
@@ -205,6 +207,11 @@ for round in $(seq 1 "$REPEAT"); do
     gloo lat 4 barrier 4 "$LAT_ITERS"
     mpi lat 4 tcp,self barrier 4 "$LAT_ITERS"
     torch lat 4 barrier 4 "$LAT_ITERS"
+    echo "-- latency over TCP alone: taiji with TAIJI_SHM=off, MPI tcp"
+    TAIJI_SHM=off taiji lattcp 2 "$LAT_ITERS" --op allreduce -b 4 -e 4
+    mpi lattcp 2 tcp,self allreduce 4 "$LAT_ITERS"
+    TAIJI_SHM=off taiji lattcp 4 "$LAT_ITERS" --op barrier
+    mpi lattcp 4 tcp,self barrier 4 "$LAT_ITERS"
   fi
   if has_case fusion && [ "$round" = 1 ]; then
     "$HERE/fusion.sh" "$BUILD" "$OUT" || FAILED=1

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,12 +27,25 @@ struct Options {
   bool variance = false;
 };
 
+// A whole number with an optional K or M suffix; 0 for anything else (refused by parse).
 size_t parse_bytes(const char* s) {
   char* end = nullptr;
-  double v = std::strtod(s, &end);
-  if (*end == 'K') v *= 1024;
-  if (*end == 'M') v *= 1024 * 1024;
-  return static_cast<size_t>(v);
+  errno = 0;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  if (end == s || errno != 0 || *s == '-') return 0;
+  const unsigned long long scale = *end == 'K' ? 1024ull : *end == 'M' ? 1024ull * 1024 : 1;
+  if (scale != 1) ++end;
+  if (*end != '\0' || v > (1ull << 40) / scale) return 0;
+  return static_cast<size_t>(v * scale);
+}
+
+// A whole number in [min, max]; -1 for anything else.
+int parse_count(const char* s, int min, int max) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0 || v < min || v > max) return -1;
+  return static_cast<int>(v);
 }
 
 bool parse(int argc, char** argv, Options* o) {
@@ -40,8 +54,8 @@ bool parse(int argc, char** argv, Options* o) {
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     const char* v = nullptr;
     if (a == "--bytes" && (v = next())) o->bytes = parse_bytes(v);
-    else if (a == "--iters" && (v = next())) o->iters = std::atoi(v);
-    else if (a == "--warmup" && (v = next())) o->warmup = std::atoi(v);
+    else if (a == "--iters" && (v = next())) o->iters = parse_count(v, 1, 1000000);
+    else if (a == "--warmup" && (v = next())) o->warmup = parse_count(v, 0, 1000000);
     else if (a == "--variance") o->variance = true;
     else return false;
   }
@@ -49,8 +63,10 @@ bool parse(int argc, char** argv, Options* o) {
 }
 
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 // The slowest peer's time: an allreduce MAX of each peer's own.

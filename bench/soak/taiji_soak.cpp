@@ -182,7 +182,8 @@ class Soak {
         case TAIJI_I32: static_cast<int32_t*>(buf)[j] = static_cast<int32_t>((rank_ + 1) * v); break;
         case TAIJI_F32: static_cast<float*>(buf)[j] = static_cast<float>((rank_ + 1) * v); break;
         case TAIJI_U8: static_cast<uint8_t*>(buf)[j] = static_cast<uint8_t>((v + 37 * rank_) & 0xff); break;
-        case TAIJI_F64: static_cast<double*>(buf)[j] = static_cast<double>(v) - 0.5 * rank_; break;
+        // The minimum's holder rotates with j: a result missing any rank shows.
+        case TAIJI_F64: static_cast<double*>(buf)[j] = static_cast<double>(v) - 0.5 * static_cast<double>((rank_ + j) % static_cast<size_t>(size_)); break;
         default: static_cast<int64_t*>(buf)[j] = (rank_ + 1) * (v << 20); break;
       }
     }
