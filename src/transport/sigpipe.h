@@ -6,8 +6,10 @@
 // back when it returns; blocking and restoring around every wait cost three system calls,
 // a fifth of a 4-byte allreduce through shared memory, where most waits write to no socket
 // at all. So the waiter installs a LazySigpipeBlock, and everything that may write to a
-// socket calls block_sigpipe_here() first: the first such call blocks SIGPIPE on this
-// thread until the LazySigpipeBlock ends. With none installed it does nothing.
+// socket without MSG_NOSIGNAL (libuv's queued writes) calls block_sigpipe_here() first:
+// the first such call blocks SIGPIPE on this thread until the LazySigpipeBlock ends. With
+// none installed it does nothing. The TCP transport's immediate writes use MSG_NOSIGNAL
+// and need none of this, so a small op over TCP waits without touching the mask.
 #pragma once
 
 #include <signal.h>

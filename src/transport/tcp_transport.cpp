@@ -4,8 +4,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "monitor/log.h"
@@ -563,8 +566,34 @@ int TcpTransport::write(Conn* c, OutMessage msg) {
   return write_frames(c, &w, 1);
 }
 
+namespace {
+
+// What uv_try_write does, but with MSG_NOSIGNAL: a connection whose other end has gone
+// fails with EPIPE instead of raising SIGPIPE, so the writing thread needs no signal mask
+// (three system calls per wait for a caller that runs the loop). Bytes written, or a
+// negative libuv error; UV_EAGAIN when nothing could be written now.
+int write_now(uv_stream_t* stream, const uv_buf_t* bufs, unsigned nbufs) {
+  // Behind queued writes: they go first, from the loop (as in uv_try_write).
+  if (uv_stream_get_write_queue_size(stream) != 0) return UV_EAGAIN;
+  uv_os_fd_t fd;
+  if (int rc = uv_fileno(reinterpret_cast<const uv_handle_t*>(stream), &fd); rc != 0) return rc;
+  std::vector<iovec> iov(std::min<unsigned>(nbufs, IOV_MAX));
+  for (size_t i = 0; i < iov.size(); ++i) iov[i] = {bufs[i].base, bufs[i].len};
+  msghdr msg{};
+  msg.msg_iov = iov.data();
+  msg.msg_iovlen = iov.size();
+  for (;;) {
+    const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<int>(std::min<ssize_t>(n, INT_MAX));
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return UV_EAGAIN;
+    return -errno;  // libuv's error codes are negated errno values on Unix
+  }
+}
+
+}  // namespace
+
 int TcpTransport::write_frames(Conn* c, WriteReq* const* ws, size_t n) {
-  block_sigpipe_here();
   size_t sent = 0;
   // With nothing queued on the connection, write now, all frames in one call: a frame the
   // kernel takes whole needs no write request, and libuv no POLLOUT round (two epoll_ctl
@@ -573,7 +602,7 @@ int TcpTransport::write_frames(Conn* c, WriteReq* const* ws, size_t n) {
     std::vector<uv_buf_t> bufs(3 * n);
     unsigned nbufs = 0;
     for (size_t i = 0; i < n; ++i) nbufs += ws[i]->bufs(bufs.data() + nbufs, 0);
-    int rc = uv_try_write(c->stream(), bufs.data(), nbufs);
+    int rc = write_now(c->stream(), bufs.data(), nbufs);
     if (rc < 0 && rc != UV_EAGAIN) {
       fail_frames(ws, n, uv_error("write failed", rc));
       // The other side closed: its Bye, if it said one, and the end of the stream are still
@@ -599,6 +628,9 @@ int TcpTransport::write_frames(Conn* c, WriteReq* const* ws, size_t n) {
     unsigned nrest = w->bufs(rest, sent);
     sent = 0;
     w->req.data = w;
+    // libuv writes without MSG_NOSIGNAL, now or from the loop later (which then blocks
+    // SIGPIPE while writes are queued, see Peer).
+    block_sigpipe_here();
     int rc = uv_write(&w->req, c->stream(), rest, nrest, [](uv_write_t* req, int status) {
       auto* wr = static_cast<WriteReq*>(req->data);
       wr->owner->queued_writes_--;
