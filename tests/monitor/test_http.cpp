@@ -117,18 +117,11 @@ TEST_CASE("out of descriptors, the server waits for them instead of spinning", "
   REQUIRE(fd >= 0);
   taiji_test::DescriptorLimit limit;
   REQUIRE(limit.ok());
-  // The connection completes in the listen backlog; the server's accept fails (EMFILE)
-  // and its listener stays readable for as long as the limit holds.
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  // The server's accept fails (EMFILE) and its listener stays readable while the limit holds.
+  REQUIRE(taiji_test::connect_loopback(fd, port));
   const std::string request = "GET /metrics HTTP/1.1\r\n\r\n";
   REQUIRE(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
-  const double cpu_before = taiji_test::process_cpu_seconds();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const double cpu = taiji_test::process_cpu_seconds() - cpu_before;
+  const double cpu = taiji_test::cpu_while_sleeping(std::chrono::milliseconds(500));
   limit.restore();
   // A server polling its listener in a loop burns the whole half second.
   CHECK(cpu < 0.1);

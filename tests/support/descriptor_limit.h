@@ -4,9 +4,16 @@
 // and monitor tests.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <thread>
 
 namespace taiji_test {
 
@@ -46,6 +53,23 @@ inline double process_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// CPU seconds the process's other threads use while this one sleeps for `ms`.
+inline double cpu_while_sleeping(std::chrono::milliseconds ms) {
+  const double before = process_cpu_seconds();
+  std::this_thread::sleep_for(ms);
+  return process_cpu_seconds() - before;
+}
+
+// Connects a socket opened before the limit to 127.0.0.1:port: it needs no new
+// descriptor, and the connection completes in the server's listen backlog.
+inline bool connect_loopback(int fd, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
 }
 
 }  // namespace taiji_test

@@ -388,17 +388,11 @@ TEST_CASE("rendezvous out of descriptors waits for them instead of spinning", "[
   REQUIRE(fd >= 0);
   taiji_test::DescriptorLimit limit;
   REQUIRE(limit.ok());
-  // Completes in the listen backlog; the server's accept fails (EMFILE) while the limit holds.
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(server->port());
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  // The server's accept fails (EMFILE) while the limit holds.
+  REQUIRE(taiji_test::connect_loopback(fd, server->port()));
   const std::string set = "S" + u32le(1) + "k" + u32le(1) + "v";
   REQUIRE(send(fd, set.data(), set.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(set.size()));
-  const double cpu_before = taiji_test::process_cpu_seconds();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const double cpu = taiji_test::process_cpu_seconds() - cpu_before;
+  const double cpu = taiji_test::cpu_while_sleeping(std::chrono::milliseconds(500));
   limit.restore();
   // A server polling its listener in a loop burns the whole half second.
   CHECK(cpu < 0.1);
