@@ -9,7 +9,6 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -29,19 +28,6 @@ bool await_flag(const std::atomic<bool>& flag, std::chrono::milliseconds limit) 
   auto deadline = Clock::now() + limit;
   while (!flag.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return flag.load();
-}
-
-// A link counter of this peer's metrics ("bytes_sent" or "bytes_received") for the link
-// to rank `other`; 0 when the snapshot fails.
-uint64_t link_bytes(taiji_peer_t* peer, int other, const std::string& field) {
-  size_t needed = 0;
-  taiji_metrics_json(peer, nullptr, 0, &needed);
-  std::string json(needed + 4096, '\0');
-  if (taiji_metrics_json(peer, json.data(), json.size(), &needed) != TAIJI_OK) return 0;
-  size_t at = json.find("{\"peer\":" + std::to_string(other) + ",");
-  const std::string key = "\"" + field + "\":";
-  if (at != std::string::npos) at = json.find(key, at);
-  return at == std::string::npos ? 0 : std::strtoull(json.c_str() + at + key.size(), nullptr, 10);
 }
 
 bool has_message(taiji_peer_t* peer) {
@@ -880,7 +866,7 @@ TEST_CASE("errors: abort in the middle of a large transfer", "[errors]") {
       if (rank == 0) {
         failures.expect(rank, await_flag(posted, std::chrono::seconds(20)), "rank 1 never posted" + at);
         auto deadline = Clock::now() + std::chrono::seconds(20);
-        while (link_bytes(peer, 1, "bytes_received") < abort_after && taiji_request_test(req) == TAIJI_IN_PROGRESS &&
+        while (metric_value(peer, "bytes_received", 1) < abort_after && taiji_request_test(req) == TAIJI_IN_PROGRESS &&
                Clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
@@ -888,8 +874,8 @@ TEST_CASE("errors: abort in the middle of a large transfer", "[errors]") {
         failures.expect_status(rank, "abort" + at, taiji_peer_abort(peer), TAIJI_OK);
         taiji_status_t s = taiji_request_wait(req, 3000);
         // The links are closed once the op has ended: the counts are final.
-        const uint64_t got = link_bytes(peer, 1, "bytes_received");
-        const uint64_t gave = link_bytes(peer, 1, "bytes_sent");
+        const uint64_t got = metric_value(peer, "bytes_received", 1);
+        const uint64_t gave = metric_value(peer, "bytes_sent", 1);
         const bool counts = running && got < kPayload && gave < kPayload;
         mid_transfer.store(counts);
         aborted.store(true);
