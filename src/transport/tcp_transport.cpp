@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstddef>
 #include <cstring>
 
 #include "monitor/log.h"
@@ -577,11 +578,12 @@ int write_now(uv_stream_t* stream, const uv_buf_t* bufs, unsigned nbufs) {
   if (uv_stream_get_write_queue_size(stream) != 0) return UV_EAGAIN;
   uv_os_fd_t fd;
   if (int rc = uv_fileno(reinterpret_cast<const uv_handle_t*>(stream), &fd); rc != 0) return rc;
-  std::vector<iovec> iov(std::min<unsigned>(nbufs, IOV_MAX));
-  for (size_t i = 0; i < iov.size(); ++i) iov[i] = {bufs[i].base, bufs[i].len};
+  // On Unix a uv_buf_t is laid out as an iovec (libuv passes them to writev as they are).
+  static_assert(sizeof(uv_buf_t) == sizeof(iovec) && offsetof(uv_buf_t, base) == offsetof(iovec, iov_base) &&
+                offsetof(uv_buf_t, len) == offsetof(iovec, iov_len));
   msghdr msg{};
-  msg.msg_iov = iov.data();
-  msg.msg_iovlen = iov.size();
+  msg.msg_iov = reinterpret_cast<iovec*>(const_cast<uv_buf_t*>(bufs));
+  msg.msg_iovlen = std::min<unsigned>(nbufs, IOV_MAX);
   for (;;) {
     const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return static_cast<int>(std::min<ssize_t>(n, INT_MAX));
