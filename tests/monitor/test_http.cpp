@@ -115,22 +115,14 @@ TEST_CASE("out of descriptors, the server waits for them instead of spinning", "
   const uint16_t port = port_of(*server.value());
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   REQUIRE(fd >= 0);
-  taiji_test::DescriptorLimit limit;
-  const bool limited = limit.ok();
-  const std::string request = "GET /metrics HTTP/1.1\r\n\r\n";
-  // The server's accept fails (EMFILE) and its listener stays readable while the limit
-  // holds. Nothing here asserts until it ends: with no descriptor free,
-  // UndefinedBehaviorSanitizer's vptr check (it probes memory through a pipe) fails for
-  // any type it has not seen yet.
-  const bool connected = taiji_test::connect_loopback(fd, port);
-  const bool sent = connected && write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size());
-  const double cpu = taiji_test::cpu_while_sleeping(std::chrono::milliseconds(500));
-  limit.restore();
-  REQUIRE(limited);
-  REQUIRE(connected);
-  REQUIRE(sent);
+  // The server's accept fails (EMFILE) and its listener stays readable while the limit holds.
+  const auto client = taiji_test::starve_server(fd, port, "GET /metrics HTTP/1.1\r\n\r\n",
+                                                std::chrono::milliseconds(500));
+  REQUIRE(client.limited);
+  REQUIRE(client.connected);
+  REQUIRE(client.sent);
   // A server polling its listener in a loop burns the whole half second.
-  CHECK(cpu < 0.1);
+  CHECK(client.cpu < 0.1);
   // Descriptors are back: the waiting client is served.
   CHECK(read_all(fd, 10000).rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
   close(fd);

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 
 namespace taiji_test {
@@ -70,6 +71,30 @@ inline bool connect_loopback(int fd, uint16_t port) {
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   return ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+}
+
+// What happened while a client reached a server that had no descriptor to accept it with.
+struct StarvedClient {
+  bool limited = false;    // the limit took hold
+  bool connected = false;  // the connection completed in the listen backlog
+  bool sent = false;       // the request went out whole
+  double cpu = 0;          // CPU seconds the process used during the wait
+};
+
+// Under a DescriptorLimit, connects `fd` (opened before) to 127.0.0.1:port, sends
+// `request`, and waits `wait` while measuring the process's CPU; then lifts the limit.
+// Nothing in here asserts: with no descriptor free, UndefinedBehaviorSanitizer's vptr
+// check (it probes memory through a pipe) fails for any type it has not seen yet.
+inline StarvedClient starve_server(int fd, uint16_t port, const std::string& request,
+                                   std::chrono::milliseconds wait) {
+  StarvedClient out;
+  DescriptorLimit limit;
+  out.limited = limit.ok();
+  out.connected = connect_loopback(fd, port);
+  out.sent = out.connected &&
+             send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size());
+  out.cpu = cpu_while_sleeping(wait);
+  return out;
 }
 
 }  // namespace taiji_test

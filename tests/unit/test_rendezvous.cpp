@@ -395,19 +395,14 @@ TEST_CASE("rendezvous out of descriptors waits for them instead of spinning", "[
   auto server = start_server();
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   REQUIRE(fd >= 0);
-  taiji_test::DescriptorLimit limit;
-  const bool limited = limit.ok();
-  const std::string set = "S" + u32le(1) + "k" + u32le(1) + "v";
   // The server's accept fails (EMFILE) while the limit holds.
-  const bool connected = taiji_test::connect_loopback(fd, server->port());
-  const bool sent = connected && send(fd, set.data(), set.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(set.size());
-  const double cpu = taiji_test::cpu_while_sleeping(std::chrono::milliseconds(500));
-  limit.restore();
-  REQUIRE(limited);
-  REQUIRE(connected);
-  REQUIRE(sent);
+  const auto client = taiji_test::starve_server(fd, server->port(), "S" + u32le(1) + "k" + u32le(1) + "v",
+                                                std::chrono::milliseconds(500));
+  REQUIRE(client.limited);
+  REQUIRE(client.connected);
+  REQUIRE(client.sent);
   // A server polling its listener in a loop burns the whole half second.
-  CHECK(cpu < 0.1);
+  CHECK(client.cpu < 0.1);
   // Descriptors are back: the waiting client's set is answered, and the value is there.
   pollfd p{fd, POLLIN, 0};
   REQUIRE(poll(&p, 1, 10000) == 1);
