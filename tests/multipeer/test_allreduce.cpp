@@ -18,8 +18,10 @@ namespace {
 using namespace taiji_test;
 
 constexpr size_t kBigCount = 1000003;  // odd, and several chunks of 1 MiB for 4-byte types
-// Generous for a few MiB over loopback, even with 8 peers on 2 cores.
-constexpr int64_t kOpTimeoutMs = 5000;
+// A few MiB over loopback take up to 3 s per op with 5 peers on 2 cores under TSan, more
+// on a busier machine; a failed op abandons the rest of its plan, so a long deadline
+// costs little when something breaks.
+constexpr int64_t kOpTimeoutMs = 20000;
 
 struct Case {
   std::string name;
@@ -139,7 +141,9 @@ TEST_CASE("allreduce: floating-point rounding stays within the per-step bound", 
 }
 
 TEST_CASE("allreduce: multi-MiB buffers", "[allreduce]") {
-  const int n = GENERATE(filter([](int k) { return in_quick_range(k, 5); }, values({2, 3, 5, 8})));
+  // Under the sanitizers each op takes seconds at n = 5, and the reductions it runs are the
+  // same at n = 3.
+  const int n = GENERATE(filter([](int k) { return in_quick_range(k, 3); }, values({2, 3, 5, 8})));
   CAPTURE(n);
   std::vector<Case> plan;
   bool in_place = false;
@@ -186,7 +190,7 @@ TEST_CASE("allreduce: the peer's default strategy from its configuration", "[all
 TEST_CASE("allreduce: peers posting at different times", "[allreduce]") {
   // Rank r posts r * 60 ms after the others started, so data arrives for ops not yet
   // posted and large chunks wait for their receiver's Ready.
-  const int n = GENERATE(2, 3, 5);
+  const int n = GENERATE(filter([](int k) { return in_quick_range(k, 3); }, values({2, 3, 5})));
   const char* topology = GENERATE(as<const char*>{}, "ring", "tree", "star");
   CAPTURE(n, topology);
   Failures failures;

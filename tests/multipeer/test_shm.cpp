@@ -172,7 +172,8 @@ void run(int n, const Setup& setup, Digests* digests) {
 }  // namespace
 
 TEST_CASE("shm: every collective through shared memory matches TCP bitwise", "[shm]") {
-  const int n = GENERATE(2, 3, 4);
+  // Under the sanitizers n = 4 adds 40 s and nothing n = 2 and 3 do not exercise.
+  const int n = GENERATE(filter([](int k) { return in_quick_range(k, 3); }, values({2, 3, 4})));
   CAPTURE(n);
   Digests tcp;
   run(n, kTcp, &tcp);
