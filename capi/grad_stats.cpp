@@ -92,7 +92,7 @@ taiji_status_t taiji_grad_stats_read(const taiji_grad_stats_t* stats, taiji_grad
   r.global_sq_norm = e.last_global_sq;
   r.g2 = e.g2;
   r.trace_sigma = e.trace_sigma;
-  const bool defined = e.state == taiji::EstimateState::Defined;
+  const bool defined = e.state == taiji::EstimateState::Defined || e.state == taiji::EstimateState::NoNoise;
   r.noise_scale = defined ? e.noise_scale : std::nan("");
   r.snr = defined ? e.snr : std::nan("");
   const size_t n = std::min(out->struct_size, sizeof(r));
@@ -126,6 +126,7 @@ const char* taiji_grad_stats_state_string(taiji_grad_stats_state_t state) {
     case TAIJI_GRAD_STATS_SINGLE_PEER:
     case TAIJI_GRAD_STATS_NO_SAMPLES:
     case TAIJI_GRAD_STATS_NO_SIGNAL:
+    case TAIJI_GRAD_STATS_NO_NOISE:
       return taiji::estimate_state_text(static_cast<taiji::EstimateState>(state));
   }
   return "unknown state";

@@ -40,8 +40,11 @@ typedef enum taiji_grad_stats_state {
   TAIJI_GRAD_STATS_DEFINED = 0,     /* the estimates below hold */
   TAIJI_GRAD_STATS_SINGLE_PEER = 1, /* N = 1: there is no second batch size to compare */
   TAIJI_GRAD_STATS_NO_SAMPLES = 2,  /* no finite step yet, or just reset */
-  TAIJI_GRAD_STATS_NO_SIGNAL = 3    /* the smoothed |G|^2 is not positive: the noise scale and
+  TAIJI_GRAD_STATS_NO_SIGNAL = 3,   /* the smoothed |G|^2 is not positive: the noise scale and
                                        the SNR are undefined (NaN) */
+  TAIJI_GRAD_STATS_NO_NOISE = 4     /* the smoothed tr(Sigma) is not positive (|G|^2 is): the
+                                       peers' gradients differ no more than the estimate's own
+                                       noise; noise_scale is 0 and snr +infinity */
 } taiji_grad_stats_state_t;
 
 typedef struct taiji_grad_stats_result {
@@ -53,8 +56,8 @@ typedef struct taiji_grad_stats_result {
   double global_sq_norm;          /* S of the last step */
   double g2;                      /* smoothed |G|^2 */
   double trace_sigma;             /* smoothed tr(Sigma) */
-  double noise_scale;             /* B_simple = trace_sigma / g2 */
-  double snr;                     /* g2 / (trace_sigma / (N*b)) */
+  double noise_scale;             /* B_simple = trace_sigma / g2 (DEFINED), 0 (NO_NOISE), else NaN */
+  double snr;                     /* g2 / (trace_sigma / (N*b)) (DEFINED), +inf (NO_NOISE), else NaN */
 } taiji_grad_stats_result_t;
 
 #define TAIJI_GRAD_STATS_RESULT_INIT { sizeof(taiji_grad_stats_result_t), TAIJI_GRAD_STATS_NO_SAMPLES, 0, 0, 0, 0, 0, 0, 0, 0 }

@@ -123,7 +123,7 @@ struct Join : std::enable_shared_from_this<Join> {
 
   void publish() const {
     const NoiseScaleEstimate e = stats->estimate();
-    const bool defined = e.state == EstimateState::Defined;
+    const bool defined = e.state == EstimateState::Defined || e.state == EstimateState::NoNoise;
     const double nan = std::nan("");
     metrics->set_gauge("taiji_grad_noise_scale", {}, defined ? e.noise_scale : nan,
                        "Gradient noise scale B_simple = tr(Sigma)/|G|^2 (McCandlish et al.).");

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "collectives/reduce_kernels.h"
 
@@ -23,6 +24,8 @@ const char* estimate_state_text(EstimateState s) {
     case EstimateState::SinglePeer: return "undefined: one peer (N = 1) gives no second batch size";
     case EstimateState::NoSamples: return "undefined: no finite step yet";
     case EstimateState::NoSignal: return "undefined: the estimated |G|^2 is not positive";
+    case EstimateState::NoNoise:
+      return "no noise: the estimated tr(Sigma) is not positive, the peers' gradients agree (noise scale 0)";
   }
   return "?";
 }
@@ -48,10 +51,18 @@ void NoiseScaleEstimator::add(double local_sq, double global_sq, int n, double b
   const double correction = 1 - beta_power_;
   est_.g2 = ema_g2_ / correction;
   est_.trace_sigma = ema_trace_ / correction;
-  if (est_.g2 > 0) {
+  if (est_.g2 > 0 && est_.trace_sigma > 0) {
     est_.state = EstimateState::Defined;
     est_.noise_scale = est_.trace_sigma / est_.g2;
     est_.snr = est_.g2 / (est_.trace_sigma / (nn * b));
+  } else if (est_.g2 > 0) {
+    // tr(Sigma) >= 0 by definition; an estimate at or below 0 says the noise is too small
+    // to measure against the signal, not that it is negative. 0 is the nearest value a
+    // batch-size policy can act on (no larger batch is needed); a negative ratio would
+    // read as a valid, tiny batch size.
+    est_.state = EstimateState::NoNoise;
+    est_.noise_scale = 0;
+    est_.snr = std::numeric_limits<double>::infinity();
   } else {
     est_.state = EstimateState::NoSignal;
     est_.noise_scale = std::nan("");

@@ -29,6 +29,8 @@ enum class EstimateState {
   SinglePeer,   // N = 1: nothing to compare against
   NoSamples,    // no finite step yet (or just reset)
   NoSignal,     // the smoothed |G|^2 is not positive: the noise scale is unbounded
+  NoNoise,      // the smoothed tr(Sigma) is not positive: the peers' gradients differ no
+                // more than the estimate's own noise, so the noise scale is 0
 };
 const char* estimate_state_text(EstimateState s);
 
@@ -40,8 +42,8 @@ struct NoiseScaleEstimate {
   double last_global_sq = 0;     // S of the last finite step
   double g2 = 0;                 // smoothed |G|^2
   double trace_sigma = 0;        // smoothed tr(Sigma)
-  double noise_scale = 0;        // B_simple
-  double snr = 0;                // at B = N*b
+  double noise_scale = 0;        // B_simple; 0 when NoNoise
+  double snr = 0;                // at B = N*b; +infinity when NoNoise
 };
 
 class NoiseScaleEstimator {

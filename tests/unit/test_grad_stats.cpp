@@ -130,6 +130,24 @@ TEST_CASE("gradstats: undefined estimates say why; non-finite steps are skipped"
   CHECK(noise.estimate().state == EstimateState::NoSignal);
   CHECK(std::isnan(noise.estimate().noise_scale));
 
+  // Identical gradients on every peer (S_local == S): no noise to measure.
+  NoiseScaleEstimator same(0.9);
+  same.add(4, 4, 4, 8);
+  CHECK(same.estimate().state == EstimateState::NoNoise);
+  CHECK(same.estimate().noise_scale == 0);
+  CHECK(same.estimate().snr == std::numeric_limits<double>::infinity());
+  CHECK(same.estimate().trace_sigma == 0);
+  // S_local below S (a sampling accident): the tr(Sigma) estimate is negative, and a
+  // negative noise scale must not come out.
+  same.add(3, 4, 4, 8);
+  CHECK(same.estimate().state == EstimateState::NoNoise);
+  CHECK(same.estimate().trace_sigma < 0);
+  CHECK(same.estimate().noise_scale == 0);
+  // Noise large enough to outweigh the earlier steps makes it defined again.
+  for (int i = 0; i < 20; ++i) same.add(8, 3, 4, 8);
+  CHECK(same.estimate().state == EstimateState::Defined);
+  CHECK(same.estimate().noise_scale > 0);
+
   noise.reset();
   CHECK(noise.estimate().state == EstimateState::NoSamples);
   CHECK(noise.estimate().steps == 0);
