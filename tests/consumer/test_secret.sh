@@ -14,7 +14,12 @@ printf 'other job secret, 32 bytes long.' > "$work/b"
 chmod 600 "$work/a" "$work/b"
 
 # run_ranks SECRET0 SECRET1 SECRET2: three ranks, each with its own TAIJI_SECRET_FILE (or none
-# for "-"); leaves each rank's exit code in $work/rc.<r> and output in $work/out.<r>.
+# for "-"); leaves each rank's exit code in $work/rc.<r> and output in $work/out.<r>. The
+# deadlines are $init_ms and $handshake_ms: long for a job that must start (three
+# sanitized processes on two cores start slowly), shorter where ranks must fail, since the
+# ranks that were not refused wait out their init deadline.
+init_ms=30000
+handshake_ms=10000
 run_ranks() {
   local port pids=() r=0
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -23,7 +28,7 @@ run_ranks() {
     local extra=()
     [ "$secret" != - ] && extra=(TAIJI_SECRET_FILE="$secret")
     env -i PATH="$PATH" TAIJI_RANK=$r TAIJI_WORLD_SIZE=3 TAIJI_RENDEZVOUS=127.0.0.1:$port \
-      TAIJI_JOB_ID=sec$port TAIJI_INIT_TIMEOUT_MS=4000 TAIJI_HANDSHAKE_TIMEOUT_MS=1000 \
+      TAIJI_JOB_ID=sec$port TAIJI_INIT_TIMEOUT_MS=$init_ms TAIJI_HANDSHAKE_TIMEOUT_MS=$handshake_ms \
       "${extra[@]}" timeout 60 "$consumer" >"$work/out.$r" 2>&1 &
     pids+=($!)
     r=$((r + 1))
@@ -39,6 +44,9 @@ for r in 0 1 2; do
   [ "$(cat "$work/rc.$r")" = 0 ] && grep -qx "rank $r of 3 ok" "$work/out.$r" || fail "shared secret: rank $r"
 done
 echo "ok: ranks sharing a secret run"
+
+init_ms=8000
+handshake_ms=5000
 
 # Rank 2 dials ranks 0 and 1; with a different secret it must be refused by the MAC check.
 run_ranks "$work/a" "$work/a" "$work/b"

@@ -463,7 +463,7 @@ TEST_CASE("errors: an op not posted by every peer times out on its deadline", "[
         double took = ms_since(start);
         taiji_request_free(req);
         failures.expect_status(rank, "partial/async", s, TAIJI_ERR_TIMEOUT);
-        failures.expect(rank, took >= 400 && took < 3000,
+        failures.expect(rank, took >= 400 && took < 5000,
                         "partial/async: timed out after " + std::to_string(took) + " ms, deadline 500 ms");
         if (await_calls(log, 1, std::chrono::milliseconds(2000))) {
           failures.expect_status(rank, "partial/async callback", static_cast<taiji_status_t>(log.status.load()),
@@ -481,7 +481,7 @@ TEST_CASE("errors: an op not posted by every peer times out on its deadline", "[
       double took = ms_since(start);
       failures.expect_status(rank, "partial/blocking", s, TAIJI_ERR_TIMEOUT);
       failures.expect(rank, has_message(peer), "partial/blocking: no last error");
-      failures.expect(rank, took >= 400 && took < 3000,
+      failures.expect(rank, took >= 400 && took < 5000,
                       "partial/blocking: timed out after " + std::to_string(took) + " ms, deadline 500 ms");
     }
     // Everyone goes on, including the peer that skipped the ops.
@@ -506,7 +506,7 @@ TEST_CASE("errors: the peer's configured timeout applies to ops without their ow
       taiji_status_t s = taiji_allreduce(peer, "lonely", &v, &v, 1, TAIJI_I32, TAIJI_SUM, nullptr, nullptr);
       double took = ms_since(start);
       failures.expect_status(rank, "lonely", s, TAIJI_ERR_TIMEOUT);
-      failures.expect(rank, took >= 550 && took < 3000,
+      failures.expect(rank, took >= 550 && took < 5000,
                       "lonely: timed out after " + std::to_string(took) + " ms, configured 700 ms");
     }
     taiji_op_options_t opt = op_options(20000);
@@ -602,7 +602,7 @@ TEST_CASE("errors: abort ends a waiting op with ERR_ABORTED at once", "[errors]"
       double took = ms_since(start);
       taiji_request_free(req);
       failures.expect_status(rank, "stuck after abort", s, TAIJI_ERR_ABORTED);
-      failures.expect(rank, took < 2000, "stuck: completed " + std::to_string(took) + " ms after abort");
+      failures.expect(rank, took < 5000, "stuck: completed " + std::to_string(took) + " ms after abort");
       if (await_calls(log, 1, std::chrono::milliseconds(2000))) {
         failures.expect_status(rank, "stuck callback", static_cast<taiji_status_t>(log.status.load()),
                                TAIJI_ERR_ABORTED);
@@ -687,7 +687,7 @@ TEST_CASE("errors: abort from a completion callback", "[errors]") {
     auto start = Clock::now();
     failures.expect_status(rank, "victim", wait_bounded(peer, victim, 10000, failures, rank, "victim"),
                            TAIJI_ERR_ABORTED);
-    failures.expect(rank, ms_since(start) < 2000, "victim: not aborted promptly");
+    failures.expect(rank, ms_since(start) < 5000, "victim: not aborted promptly");
     taiji_request_free(victim);
     done.store(true);
   }, options);

@@ -104,7 +104,13 @@ TEST_CASE("fusion rounds: a round's failure fails only the ops it listed", "[fus
       failures.expect_status(rank, "post A",
                              taiji_allreduce(peer, "A", in.data(), a_out.data(), 64, TAIJI_I32, TAIJI_SUM, &a_opt, &a),
                              TAIJI_OK);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      // B only once A's round has started (its flight recorder entry appears then), so
+      // that the round lists A alone; bounded by A's deadline.
+      const auto started = Clock::now() + std::chrono::seconds(20);
+      while (count_named(peer, "taiji.fuse.round") == 0 && Clock::now() < started) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      failures.expect(rank, count_named(peer, "taiji.fuse.round") > 0, "A's round never started");
       failures.expect_status(rank, "post B",
                              taiji_allreduce(peer, "B", in.data(), b_out.data(), 64, TAIJI_I32, TAIJI_SUM, &b_opt, &b),
                              TAIJI_OK);
