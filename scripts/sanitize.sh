@@ -33,9 +33,9 @@ common=(-Doptimization=1 -Ddebug=true -Db_lundef=false)
 skip="install-pkgconfig"
 [ "$pass" = asan ] && skip="$skip fault-sigstop-large-rank2"
 skip_suites=""
-# The multi-peer sweeps over world sizes stop at 4-5 peers (tests/multipeer/common.h):
+# The multi-peer sweeps over world sizes stop at 3-5 peers (tests/multipeer/common.h):
 # the sanitizers slow them 3-10x, and what they find does not depend on the larger sizes,
-# which the plain pass runs.
+# which the plain pass runs. The fault tests read it too, to widen their promptness bounds.
 export TAIJI_TEST_QUICK=1
 case $pass in
   asan)
