@@ -99,10 +99,12 @@ void CollectiveOp::plan() {
   const Strategy& s = *spec_.strategy;
   const int n = spec_.size;
   const uint64_t block = spec_.count;
-  // Rooted graphs are built once per distinct root; reserve so pointers stay valid.
-  graphs_.reserve(s.pairs.size() * static_cast<size_t>(n) + 1);
-  auto rooted = [&](bool broadcast, int root) {
-    auto gs = broadcast ? broadcast_graphs(s, root) : reduce_graphs(s, root);
+  // Rooted graphs are built once per distinct root, and only as many as a block's chunks
+  // use (chunk i takes graph i mod the count): a small op on a strategy with many pairs
+  // would otherwise reroot every pair for every root. graphs_ keeps pointers valid.
+  auto rooted = [&](bool broadcast, int root, size_t graph_count) {
+    const size_t chunks = plan_chunks(block, elem_, graph_count, spec_.chunk_bytes).size() - 1;
+    auto gs = broadcast ? broadcast_graphs(s, root, chunks) : reduce_graphs(s, root, chunks);
     size_t first = graphs_.size();
     for (Graph& g : gs) graphs_.push_back(std::move(g));
     std::vector<const Graph*> out;
@@ -129,17 +131,19 @@ void CollectiveOp::plan() {
         // Min of the bytes and min of their complements: equal everywhere iff min == max.
         scratch_.resize(2 * block);
         work_ = scratch_.data();
-        add_chunks(Mode::ReduceBcast, 0, 2 * block, r, b, -1);
+        add_chunks(Mode::ReduceBcast, 0, 2 * block, r, b, -1, s.pairs.size());
       } else {
         work_ = recv;
-        add_chunks(Mode::ReduceBcast, 0, block, r, b, -1);
+        add_chunks(Mode::ReduceBcast, 0, block, r, b, -1, s.pairs.size());
       }
       break;
     }
-    case OpKind::Broadcast:
+    case OpKind::Broadcast: {
       work_ = recv;
-      add_chunks(Mode::Bcast, 0, block, {}, rooted(true, spec_.root), -1);
+      const size_t g = rooted_graph_count(s, spec_.root);
+      add_chunks(Mode::Bcast, 0, block, {}, rooted(true, spec_.root, g), -1, g);
       break;
+    }
     case OpKind::Reduce:
       if (spec_.rank == spec_.root) {
         work_ = recv;
@@ -147,16 +151,25 @@ void CollectiveOp::plan() {
         scratch_.resize(block * elem_);
         work_ = scratch_.data();
       }
-      add_chunks(Mode::Reduce, 0, block, rooted(false, spec_.root), {}, -1);
+      {
+        const size_t g = rooted_graph_count(s, spec_.root);
+        add_chunks(Mode::Reduce, 0, block, rooted(false, spec_.root, g), {}, -1, g);
+      }
       break;
     case OpKind::Allgather:
       work_ = recv;
-      for (int b = 0; b < n; ++b) add_chunks(Mode::Bcast, b * block, block, {}, rooted(true, b), b);
+      for (int b = 0; b < n; ++b) {
+        const size_t g = rooted_graph_count(s, b);
+        add_chunks(Mode::Bcast, b * block, block, {}, rooted(true, b, g), b, g);
+      }
       break;
     case OpKind::ReduceScatter:
       scratch_.resize(block * n * elem_);
       work_ = scratch_.data();
-      for (int b = 0; b < n; ++b) add_chunks(Mode::Reduce, b * block, block, rooted(false, b), {}, b);
+      for (int b = 0; b < n; ++b) {
+        const size_t g = rooted_graph_count(s, b);
+        add_chunks(Mode::Reduce, b * block, block, rooted(false, b, g), {}, b, g);
+      }
       break;
     case OpKind::Gather: {
       if (spec_.rank == spec_.root) {
@@ -165,8 +178,9 @@ void CollectiveOp::plan() {
         scratch_.resize(block * n * elem_);
         work_ = scratch_.data();
       }
-      auto gs = rooted(false, spec_.root);
-      for (int b = 0; b < n; ++b) add_chunks(Mode::Route, b * block, block, gs, {}, b);
+      const size_t g = rooted_graph_count(s, spec_.root);
+      auto gs = rooted(false, spec_.root, g);
+      for (int b = 0; b < n; ++b) add_chunks(Mode::Route, b * block, block, gs, {}, b, g);
       break;
     }
     case OpKind::None:
@@ -184,15 +198,14 @@ void CollectiveOp::plan_direct() {
   std::vector<const Graph*> star(1);
   for (int b = 0; b < spec_.size; ++b) {
     star[0] = &spec_.strategy->pairs[b].broadcast;
-    add_chunks(Mode::Bcast, b * block, block, {}, star, b);
+    add_chunks(Mode::Bcast, b * block, block, {}, star, b, 1);
   }
 }
 
 void CollectiveOp::add_chunks(Mode mode, uint64_t base, uint64_t count,
                               const std::vector<const Graph*>& reduce,
-                              const std::vector<const Graph*>& bcast, int origin) {
-  size_t graphs = std::max(reduce.size(), bcast.size());
-  auto bounds = plan_chunks(count, elem_, graphs, spec_.chunk_bytes);
+                              const std::vector<const Graph*>& bcast, int origin, size_t graph_count) {
+  auto bounds = plan_chunks(count, elem_, graph_count, spec_.chunk_bytes);
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
     Chunk ch;
     ch.mode = mode;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,6 +88,8 @@ class CollectiveOp {
   void delivered(int src, uint32_t chunk, Stage stage, std::vector<ChunkSend>* out);
 
   bool done() const { return final_chunks_ == chunks(); }
+  // Graphs this op rerooted or copied for its roots (tests bound it).
+  size_t rooted_graphs() const { return graphs_.size(); }
   // Ranks whose data this op still waits for (for timeout and stall messages).
   std::vector<int> waiting_on() const;
 
@@ -114,8 +117,10 @@ class CollectiveOp {
 
   void plan();
   void plan_direct();
+  // Chunks of [base, base + count) spread over graph_count graphs (plan_chunks); chunk i
+  // takes graph i mod the count, from lists that may hold only the graphs in use.
   void add_chunks(Mode mode, uint64_t base, uint64_t count, const std::vector<const Graph*>& reduce,
-                  const std::vector<const Graph*>& bcast, int origin);
+                  const std::vector<const Graph*>& bcast, int origin, size_t graph_count);
   uint8_t* chunk_ptr(uint32_t c) const;
   // This rank's data for chunk c: in the work buffer once staged, else the input.
   const uint8_t* chunk_data(uint32_t c) const;
@@ -134,7 +139,7 @@ class CollectiveOp {
   size_t elem_ = 1;
   uint8_t* work_ = nullptr;            // where chunks live: recv, or scratch_
   std::vector<uint8_t> scratch_;
-  std::vector<Graph> graphs_;          // rerooted graphs for rooted kinds
+  std::deque<Graph> graphs_;           // rerooted graphs for rooted kinds (stable addresses)
   std::vector<Chunk> plan_;
   std::vector<int> sources_;
   std::vector<int> destinations_;

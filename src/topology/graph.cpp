@@ -150,27 +150,38 @@ Status validate_pair(const GraphPair& p, int n) {
 
 namespace {
 
-// Shared by both directions: keep the pairs already rooted at `root`, else reroot all.
+// Shared by both directions: keep the pairs already rooted at `root`, else reroot all;
+// the first `limit` of either.
 template <typename Pick>
-std::vector<Graph> rooted_graphs(const Strategy& s, int root, Pick pick) {
+std::vector<Graph> rooted_graphs(const Strategy& s, int root, size_t limit, Pick pick) {
+  const bool any_rooted =
+      std::any_of(s.pairs.begin(), s.pairs.end(), [&](const GraphPair& p) { return pick(p).root() == root; });
   std::vector<Graph> out;
   for (const GraphPair& p : s.pairs) {
-    if (pick(p).root() == root) out.push_back(pick(p));
+    if (out.size() == limit) break;
+    if (!any_rooted) {
+      out.push_back(pick(p).rerooted(root));
+    } else if (pick(p).root() == root) {
+      out.push_back(pick(p));
+    }
   }
-  if (!out.empty()) return out;
-  out.reserve(s.pairs.size());
-  for (const GraphPair& p : s.pairs) out.push_back(pick(p).rerooted(root));
   return out;
 }
 
 }  // namespace
 
-std::vector<Graph> broadcast_graphs(const Strategy& s, int root) {
-  return rooted_graphs(s, root, [](const GraphPair& p) -> const Graph& { return p.broadcast; });
+size_t rooted_graph_count(const Strategy& s, int root) {
+  const size_t rooted = static_cast<size_t>(
+      std::count_if(s.pairs.begin(), s.pairs.end(), [root](const GraphPair& p) { return p.broadcast.root() == root; }));
+  return rooted > 0 ? rooted : s.pairs.size();
 }
 
-std::vector<Graph> reduce_graphs(const Strategy& s, int root) {
-  return rooted_graphs(s, root, [](const GraphPair& p) -> const Graph& { return p.reduce; });
+std::vector<Graph> broadcast_graphs(const Strategy& s, int root, size_t limit) {
+  return rooted_graphs(s, root, limit, [](const GraphPair& p) -> const Graph& { return p.broadcast; });
+}
+
+std::vector<Graph> reduce_graphs(const Strategy& s, int root, size_t limit) {
+  return rooted_graphs(s, root, limit, [](const GraphPair& p) -> const Graph& { return p.reduce; });
 }
 
 }  // namespace taiji

@@ -4,6 +4,8 @@
 // so several rooted graphs share the load (a ring is n rotated chains).
 #pragma once
 
+#include <cstdint>
+
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,7 +75,12 @@ Result<Strategy> make_strategy(std::string_view name, int n);
 // rooted there are used as they are, all of them in pair order; only when none is, every
 // pair's graph is rerooted at `root`. Taking the strategy's own graphs keeps host-aware
 // shapes intact, and for a ring it gives the chain of n-1 hops starting at the root.
-std::vector<Graph> broadcast_graphs(const Strategy& s, int root);
-std::vector<Graph> reduce_graphs(const Strategy& s, int root);
+// `limit` keeps only the first graphs of that list (an op with fewer chunks than graphs
+// uses no more), so that unused pairs are not rerooted.
+std::vector<Graph> broadcast_graphs(const Strategy& s, int root, size_t limit = SIZE_MAX);
+std::vector<Graph> reduce_graphs(const Strategy& s, int root, size_t limit = SIZE_MAX);
+// How many graphs those give for `root` without a limit, without building any: the pairs
+// rooted there, or every pair (a pair's two graphs share their root).
+size_t rooted_graph_count(const Strategy& s, int root);
 
 }  // namespace taiji

@@ -118,3 +118,43 @@ TEST_CASE("allreduce input: left untouched, and overlapping buffers still reduce
     }
   }
 }
+
+TEST_CASE("rooted ops build only the graphs their chunks use", "[sources]") {
+  // 64 pairs, each the tree rooted at 0: every other root reroots them. A small allgather
+  // has 3 chunks per block, so it needs 3 graphs per root, not 64; a broadcast of more
+  // chunks than pairs uses all 64. Results as the serial reference either way.
+  const int n = 8;
+  auto many = std::make_shared<Strategy>();
+  for (int k = 0; k < 64; ++k) many->pairs.push_back(make_tree(n).pairs[0]);
+  std::shared_ptr<const Strategy> s = many;
+  for (uint64_t count : {uint64_t{3}, uint64_t{5000}}) {
+    const bool gather = count == 3;
+    INFO((gather ? "allgather" : "broadcast") << " of " << count);
+    auto in = random_inputs(n, count, 5);
+    Run r;
+    const uint64_t out_count = gather ? count * n : count;
+    r.out.assign(n, std::vector<float>(out_count, -1.0f));
+    if (!gather) r.out[5] = in[5];
+    std::vector<std::unique_ptr<CollectiveOp>> ops;
+    for (int k = 0; k < n; ++k) {
+      CollectiveSpec spec = spec_for(gather ? OpKind::Allgather : OpKind::Broadcast, RedOp::Sum, s, n, k,
+                                     gather ? in[static_cast<size_t>(k)].data() : r.out[static_cast<size_t>(k)].data(),
+                                     r.out[static_cast<size_t>(k)].data(), count);
+      spec.root = 5;
+      spec.chunk_bytes = 256;  // 5000 floats: 79 chunks, rounded up to 128 over 64 pairs
+      ops.push_back(std::make_unique<CollectiveOp>(spec));
+    }
+    drive(ops, r);
+    REQUIRE(r.done);
+    for (int k = 0; k < n; ++k) {
+      CHECK(ops[static_cast<size_t>(k)]->rooted_graphs() == (gather ? 3u * n : 64u));
+      std::vector<float> want;
+      if (gather) {
+        for (const auto& v : in) want.insert(want.end(), v.begin(), v.end());
+      } else {
+        want = in[5];
+      }
+      CHECK(r.out[static_cast<size_t>(k)] == want);
+    }
+  }
+}

@@ -297,6 +297,38 @@ TEST_CASE("rooted op graphs keep pairs already rooted there, else reroot", "[gra
   CHECK(broadcast_graphs(Strategy{}, 0).empty());
 }
 
+TEST_CASE("a limit keeps the first rooted graphs and builds no others", "[graph]") {
+  // Every built-in, every root: the limited list is the unlimited one's prefix, and the
+  // count says how long the unlimited one is.
+  for (int n = 1; n <= 8; ++n) {
+    for (std::string_view name : strategy_names()) {
+      const std::vector<int> hosts_all = {0, 0, 1, 1, 2, 2, 3, 3};
+      Strategy s = make_strategy(name, n, std::vector<int>(hosts_all.begin(), hosts_all.begin() + n)).value();
+      for (int root = 0; root < n; ++root) {
+        INFO(name << " n=" << n << " root=" << root);
+        const std::vector<Graph> all = broadcast_graphs(s, root);
+        CHECK(rooted_graph_count(s, root) == all.size());
+        for (size_t limit : {size_t{0}, size_t{1}, size_t{2}, all.size() + 1}) {
+          const std::vector<Graph> some = broadcast_graphs(s, root, limit);
+          REQUIRE(some.size() == std::min(limit, all.size()));
+          for (size_t i = 0; i < some.size(); ++i) CHECK(some[i].parents() == all[i].parents());
+          const std::vector<Graph> reduce_all = reduce_graphs(s, root);
+          const std::vector<Graph> reduce_some = reduce_graphs(s, root, limit);
+          REQUIRE(reduce_some.size() == std::min(limit, reduce_all.size()));
+          for (size_t i = 0; i < reduce_some.size(); ++i) CHECK(reduce_some[i].parents() == reduce_all[i].parents());
+        }
+      }
+    }
+  }
+  // Many pairs, none rooted at 5: every pair would be rerooted without a limit.
+  Strategy many;
+  for (int k = 0; k < 64; ++k) many.pairs.push_back(make_tree(8).pairs[0]);
+  CHECK(rooted_graph_count(many, 5) == 64);
+  CHECK(broadcast_graphs(many, 5, 3).size() == 3);
+  CHECK(rooted_graph_count(many, 0) == 64);
+  CHECK(broadcast_graphs(many, 0, 3).size() == 3);
+}
+
 TEST_CASE("invalid graphs are rejected with the fault named", "[graph]") {
   SECTION("two roots") {
     require_rejected(Graph({-1, 0, -1, 2}), 4, "more than one root");
