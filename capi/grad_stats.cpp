@@ -67,6 +67,7 @@ taiji_status_t taiji_grad_stats_commit(taiji_grad_stats_t* stats) {
   if (stats == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
   return guarded(stats->peer, [&] {
     stats->impl->commit();
+    taiji::publish_grad_stats(stats->peer->impl->metrics(), *stats->impl);
     return TAIJI_OK;
   });
 }
@@ -75,6 +76,7 @@ taiji_status_t taiji_grad_stats_reset(taiji_grad_stats_t* stats) {
   if (stats == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
   return guarded(stats->peer, [&] {
     stats->impl->reset();
+    taiji::publish_grad_stats(stats->peer->impl->metrics(), *stats->impl);
     return TAIJI_OK;
   });
 }

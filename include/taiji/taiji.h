@@ -102,7 +102,7 @@ typedef void (*taiji_callback_t)(taiji_status_t status, void *user_data);
 
 /* The library's TAIJI_VERSION_NUMBER (see <taiji/version.h>). */
 TAIJI_API uint32_t taiji_version(void);
-/* "0.1.0". Static string. */
+/* "0.2.0". Static string. */
 TAIJI_API const char *taiji_version_string(void);
 
 /* ---- peer lifecycle ----------------------------------------------------------------- */

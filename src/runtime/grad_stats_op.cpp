@@ -98,7 +98,9 @@ struct Join : std::enable_shared_from_this<Join> {
   void complete(const std::shared_ptr<RequestState>& request) {
     if (status.is_ok()) {
       const double mean_factor = redop == RedOp::Sum ? 1.0 / n : 1.0;
-      const double global_sq = norm_sums[1] * mean_factor * mean_factor / scale2;
+      // One division by n^2 (exact when the sum is), not two multiplications by 1/n.
+      const double global_sq =
+          (redop == RedOp::Sum ? norm_sums[1] / (static_cast<double>(n) * n) : norm_sums[1]) / scale2;
       const double local_mean = norm_sums[0] / n;
       if (squares.empty()) {
         stats->add_tensor(name, local_mean, global_sq, nullptr);
@@ -116,27 +118,27 @@ struct Join : std::enable_shared_from_this<Join> {
         metrics->set_gauge("taiji_grad_variance_l2", {{"name", name}}, v.l2,
                            "L2 norm of the element-wise gradient variance across peers, last step.");
       }
-      publish();
+      publish_grad_stats(*metrics, *stats);
     }
     request->complete(status);
-  }
-
-  void publish() const {
-    const NoiseScaleEstimate e = stats->estimate();
-    const bool defined = e.state == EstimateState::Defined || e.state == EstimateState::NoNoise;
-    const double nan = std::nan("");
-    metrics->set_gauge("taiji_grad_noise_scale", {}, defined ? e.noise_scale : nan,
-                       "Gradient noise scale B_simple = tr(Sigma)/|G|^2 (McCandlish et al.).");
-    metrics->set_gauge("taiji_grad_snr", {}, defined ? e.snr : nan,
-                       "Gradient signal-to-noise ratio at the current global batch.");
-    metrics->set_gauge("taiji_grad_signal_sq_norm", {}, e.g2, "Smoothed estimate of |G|^2.");
-    metrics->set_gauge("taiji_grad_noise_trace", {}, e.trace_sigma, "Smoothed estimate of tr(Sigma).");
-    metrics->set_gauge("taiji_grad_stats_steps", {}, static_cast<double>(e.steps),
-                       "Steps folded into the gradient statistics.");
   }
 };
 
 }  // namespace
+
+void publish_grad_stats(Metrics& metrics, const GradStats& stats) {
+  const NoiseScaleEstimate e = stats.estimate();
+  const bool defined = e.state == EstimateState::Defined || e.state == EstimateState::NoNoise;
+  const double nan = std::nan("");
+  metrics.set_gauge("taiji_grad_noise_scale", {}, defined ? e.noise_scale : nan,
+                    "Gradient noise scale B_simple = tr(Sigma)/|G|^2 (McCandlish et al.).");
+  metrics.set_gauge("taiji_grad_snr", {}, defined ? e.snr : nan,
+                    "Gradient signal-to-noise ratio at the current global batch.");
+  metrics.set_gauge("taiji_grad_signal_sq_norm", {}, e.g2, "Smoothed estimate of |G|^2.");
+  metrics.set_gauge("taiji_grad_noise_trace", {}, e.trace_sigma, "Smoothed estimate of tr(Sigma).");
+  metrics.set_gauge("taiji_grad_stats_steps", {}, static_cast<double>(e.steps),
+                    "Steps folded into the gradient statistics.");
+}
 
 GradStats::GradStats(GradStatsConfig config, int world_size)
     : config_(config), world_size_(world_size), estimator_(config.beta) {}

@@ -65,6 +65,10 @@ class GradStats {
   std::map<std::string, TensorVariance> variance_;
 };
 
+// Sets the peer's gradient-statistics gauges from the current estimates: after each
+// tensor, and after a commit or reset, so the gauges never lag a step.
+void publish_grad_stats(Metrics& metrics, const GradStats& stats);
+
 // Posts the allreduce in args (Sum or Avg of a float dtype) with its statistics.
 Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, PostArgs args,
                                                                 std::shared_ptr<GradStats> stats);

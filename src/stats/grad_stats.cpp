@@ -55,7 +55,7 @@ void NoiseScaleEstimator::add(double local_sq, double global_sq, int n, double b
     est_.state = EstimateState::Defined;
     est_.noise_scale = est_.trace_sigma / est_.g2;
     est_.snr = est_.g2 / (est_.trace_sigma / (nn * b));
-  } else if (est_.g2 > 0) {
+  } else if (est_.g2 > 0 && est_.trace_sigma <= 0) {
     // tr(Sigma) >= 0 by definition; an estimate at or below 0 says the noise is too small
     // to measure against the signal, not that it is negative. 0 is the nearest value a
     // batch-size policy can act on (no larger batch is needed); a negative ratio would
