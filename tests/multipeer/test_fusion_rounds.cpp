@@ -105,12 +105,14 @@ TEST_CASE("fusion rounds: a round's failure fails only the ops it listed", "[fus
                              taiji_allreduce(peer, "A", in.data(), a_out.data(), 64, TAIJI_I32, TAIJI_SUM, &a_opt, &a),
                              TAIJI_OK);
       // B only once A's round has started (its flight recorder entry appears then), so
-      // that the round lists A alone; bounded by A's deadline.
+      // that the round lists A alone. count_named reads 0 when the recorder changed
+      // between its two reads, so the loop keeps what it saw.
       const auto started = Clock::now() + std::chrono::seconds(20);
-      while (count_named(peer, "taiji.fuse.round") == 0 && Clock::now() < started) {
+      size_t rounds = 0;
+      while ((rounds = count_named(peer, "taiji.fuse.round")) == 0 && Clock::now() < started) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      failures.expect(rank, count_named(peer, "taiji.fuse.round") > 0, "A's round never started");
+      failures.expect(rank, rounds > 0, "A's round never started");
       failures.expect_status(rank, "post B",
                              taiji_allreduce(peer, "B", in.data(), b_out.data(), 64, TAIJI_I32, TAIJI_SUM, &b_opt, &b),
                              TAIJI_OK);

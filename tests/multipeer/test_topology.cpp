@@ -108,7 +108,7 @@ struct Allreduce {
 
 std::unique_ptr<Allreduce> post_allreduce(taiji_peer_t* peer, int rank, const std::string& name, size_t count,
                                           taiji_dtype_t dtype, Failures& failures,
-                                          const char* topology = nullptr) {
+                                          const char* topology = nullptr, int64_t timeout_ms = kOpTimeoutMs) {
   auto a = std::make_unique<Allreduce>();
   a->name = name;
   a->rc.dtype = dtype;
@@ -119,7 +119,7 @@ std::unique_ptr<Allreduce> post_allreduce(taiji_peer_t* peer, int rank, const st
   a->in = std::make_unique<GuardedBuffer>(bytes);
   a->out = std::make_unique<GuardedBuffer>(bytes);
   fill_input(a->rc, rank, a->in->data());
-  taiji_op_options_t opt = op_options(kOpTimeoutMs, topology);
+  taiji_op_options_t opt = op_options(timeout_ms, topology);
   taiji_status_t s = taiji_allreduce(peer, name.c_str(), a->in->data(), a->out->data(), count, dtype, TAIJI_SUM,
                                      &opt, &a->request);
   if (!failures.expect_status(rank, "posting " + name, s, TAIJI_OK)) {
@@ -185,7 +185,7 @@ TEST_CASE("topology: a swap in the middle of a thousand asynchronous allreduces"
   // any: the whole stream must fit in one deadline, 4-6 s under TSan on 2 cores.
   constexpr int64_t kStreamTimeoutMs = 60000;
   PeerOptions options;
-  options.timeout_ms = kStreamTimeoutMs;
+  options.timeout_ms = kOpTimeoutMs;
   if (variant.rfind("ring", 0) == 0) options.topology = "ring";
   constexpr int kHalf = 500;
   std::atomic<int> running_at_swap{0};
@@ -204,7 +204,8 @@ TEST_CASE("topology: a swap in the middle of a thousand asynchronous allreduces"
       for (int i = 0; i < kHalf; ++i) {
         const size_t count = i % 50 == 7 ? kLargeCount : static_cast<size_t>(1 + (i * 37) % 211);
         const taiji_dtype_t dtype = i % 3 == 0 ? TAIJI_F32 : i % 3 == 1 ? TAIJI_I32 : TAIJI_F64;
-        auto a = post_allreduce(peer, rank, std::string(prefix) + std::to_string(i), count, dtype, failures);
+        auto a = post_allreduce(peer, rank, std::string(prefix) + std::to_string(i), count, dtype, failures,
+                                nullptr, kStreamTimeoutMs);
         if (a) into.push_back(std::move(a));
       }
     };
