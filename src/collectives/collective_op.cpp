@@ -9,12 +9,16 @@
 
 namespace taiji {
 
-std::vector<uint64_t> plan_chunks(uint64_t count, size_t elem, size_t pairs,
-                                  uint64_t chunk_bytes) {
+uint64_t chunk_count(uint64_t count, size_t elem, size_t pairs, uint64_t chunk_bytes) {
   uint64_t bytes = count * elem;
   uint64_t n = std::max<uint64_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
   if (pairs > 1) n = (n + pairs - 1) / pairs * pairs;
-  n = std::min<uint64_t>(n, std::max<uint64_t>(count, 1));
+  return std::min<uint64_t>(n, std::max<uint64_t>(count, 1));
+}
+
+std::vector<uint64_t> plan_chunks(uint64_t count, size_t elem, size_t pairs,
+                                  uint64_t chunk_bytes) {
+  const uint64_t n = chunk_count(count, elem, pairs, chunk_bytes);
   std::vector<uint64_t> bounds(n + 1);
   for (uint64_t i = 0; i <= n; ++i) {
     bounds[i] = static_cast<uint64_t>(static_cast<unsigned __int128>(count) * i / n);
@@ -102,13 +106,18 @@ void CollectiveOp::plan() {
   // Rooted graphs are built once per distinct root, and only as many as a block's chunks
   // use (chunk i takes graph i mod the count): a small op on a strategy with many pairs
   // would otherwise reroot every pair for every root. graphs_ keeps pointers valid.
-  auto rooted = [&](bool broadcast, int root, size_t graph_count) {
-    const size_t chunks = plan_chunks(block, elem_, graph_count, spec_.chunk_bytes).size() - 1;
-    auto gs = broadcast ? broadcast_graphs(s, root, chunks) : reduce_graphs(s, root, chunks);
-    size_t first = graphs_.size();
-    for (Graph& g : gs) graphs_.push_back(std::move(g));
-    std::vector<const Graph*> out;
-    for (size_t i = first; i < graphs_.size(); ++i) out.push_back(&graphs_[i]);
+  struct Rooted {
+    std::vector<const Graph*> graphs;  // those the chunks use: the first of `count`
+    size_t count;                      // graphs the chunks are spread over
+  };
+  auto rooted = [&](bool broadcast, int root) {
+    Rooted out{{}, rooted_graph_count(s, root)};
+    const uint64_t used = std::min<uint64_t>(out.count, chunk_count(block, elem_, out.count, spec_.chunk_bytes));
+    auto gs = broadcast ? broadcast_graphs(s, root, used) : reduce_graphs(s, root, used);
+    for (Graph& g : gs) {
+      graphs_.push_back(std::move(g));
+      out.graphs.push_back(&graphs_.back());
+    }
     return out;
   };
   uint8_t* recv = static_cast<uint8_t*>(spec_.recv);
@@ -140,35 +149,34 @@ void CollectiveOp::plan() {
     }
     case OpKind::Broadcast: {
       work_ = recv;
-      const size_t g = rooted_graph_count(s, spec_.root);
-      add_chunks(Mode::Bcast, 0, block, {}, rooted(true, spec_.root, g), -1, g);
+      const Rooted g = rooted(true, spec_.root);
+      add_chunks(Mode::Bcast, 0, block, {}, g.graphs, -1, g.count);
       break;
     }
-    case OpKind::Reduce:
+    case OpKind::Reduce: {
       if (spec_.rank == spec_.root) {
         work_ = recv;
       } else {
         scratch_.resize(block * elem_);
         work_ = scratch_.data();
       }
-      {
-        const size_t g = rooted_graph_count(s, spec_.root);
-        add_chunks(Mode::Reduce, 0, block, rooted(false, spec_.root, g), {}, -1, g);
-      }
+      const Rooted g = rooted(false, spec_.root);
+      add_chunks(Mode::Reduce, 0, block, g.graphs, {}, -1, g.count);
       break;
+    }
     case OpKind::Allgather:
       work_ = recv;
       for (int b = 0; b < n; ++b) {
-        const size_t g = rooted_graph_count(s, b);
-        add_chunks(Mode::Bcast, b * block, block, {}, rooted(true, b, g), b, g);
+        const Rooted g = rooted(true, b);
+        add_chunks(Mode::Bcast, b * block, block, {}, g.graphs, b, g.count);
       }
       break;
     case OpKind::ReduceScatter:
       scratch_.resize(block * n * elem_);
       work_ = scratch_.data();
       for (int b = 0; b < n; ++b) {
-        const size_t g = rooted_graph_count(s, b);
-        add_chunks(Mode::Reduce, b * block, block, rooted(false, b, g), {}, b, g);
+        const Rooted g = rooted(false, b);
+        add_chunks(Mode::Reduce, b * block, block, g.graphs, {}, b, g.count);
       }
       break;
     case OpKind::Gather: {
@@ -178,9 +186,8 @@ void CollectiveOp::plan() {
         scratch_.resize(block * n * elem_);
         work_ = scratch_.data();
       }
-      const size_t g = rooted_graph_count(s, spec_.root);
-      auto gs = rooted(false, spec_.root, g);
-      for (int b = 0; b < n; ++b) add_chunks(Mode::Route, b * block, block, gs, {}, b, g);
+      const Rooted g = rooted(false, spec_.root);
+      for (int b = 0; b < n; ++b) add_chunks(Mode::Route, b * block, block, g.graphs, {}, b, g.count);
       break;
     }
     case OpKind::None:

@@ -149,9 +149,11 @@ class CollectiveOp {
   uint32_t rooted_left_ = 0;           // and chunks rooted here whose result is not
 };
 
-// Chunk boundaries (element offsets, n+1 entries) for `count` elements of `elem` bytes
-// over `pairs` graph pairs: about chunk_bytes each, a multiple of `pairs` when there are
-// enough elements, and at least one (possibly empty) chunk.
+// How many chunks `count` elements of `elem` bytes make over `pairs` graph pairs: about
+// chunk_bytes each, a multiple of `pairs` when there are enough elements, and at least one
+// (possibly empty) chunk.
+uint64_t chunk_count(uint64_t count, size_t elem, size_t pairs, uint64_t chunk_bytes);
+// Those chunks' boundaries (element offsets, chunk_count + 1 entries).
 std::vector<uint64_t> plan_chunks(uint64_t count, size_t elem, size_t pairs,
                                   uint64_t chunk_bytes);
 
