@@ -94,9 +94,8 @@ taiji_status_t taiji_grad_stats_read(const taiji_grad_stats_t* stats, taiji_grad
   r.global_sq_norm = e.last_global_sq;
   r.g2 = e.g2;
   r.trace_sigma = e.trace_sigma;
-  const bool defined = e.state == taiji::EstimateState::Defined || e.state == taiji::EstimateState::NoNoise;
-  r.noise_scale = defined ? e.noise_scale : std::nan("");
-  r.snr = defined ? e.snr : std::nan("");
+  r.noise_scale = e.noise_scale;
+  r.snr = e.snr;
   const size_t n = std::min(out->struct_size, sizeof(r));
   std::memcpy(out, &r, n);
   out->struct_size = n;

@@ -128,11 +128,9 @@ struct Join : std::enable_shared_from_this<Join> {
 
 void publish_grad_stats(Metrics& metrics, const GradStats& stats) {
   const NoiseScaleEstimate e = stats.estimate();
-  const bool defined = e.state == EstimateState::Defined || e.state == EstimateState::NoNoise;
-  const double nan = std::nan("");
-  metrics.set_gauge("taiji_grad_noise_scale", {}, defined ? e.noise_scale : nan,
+  metrics.set_gauge("taiji_grad_noise_scale", {}, e.noise_scale,
                     "Gradient noise scale B_simple = tr(Sigma)/|G|^2 (McCandlish et al.).");
-  metrics.set_gauge("taiji_grad_snr", {}, defined ? e.snr : nan,
+  metrics.set_gauge("taiji_grad_snr", {}, e.snr,
                     "Gradient signal-to-noise ratio at the current global batch.");
   metrics.set_gauge("taiji_grad_signal_sq_norm", {}, e.g2, "Smoothed estimate of |G|^2.");
   metrics.set_gauge("taiji_grad_noise_trace", {}, e.trace_sigma, "Smoothed estimate of tr(Sigma).");

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "collectives/sum_squares.h"
 #include "common/dtype.h"
@@ -42,8 +43,9 @@ struct NoiseScaleEstimate {
   double last_global_sq = 0;     // S of the last finite step
   double g2 = 0;                 // smoothed |G|^2
   double trace_sigma = 0;        // smoothed tr(Sigma)
-  double noise_scale = 0;        // B_simple; 0 when NoNoise
-  double snr = 0;                // at B = N*b; +infinity when NoNoise
+  // NaN unless Defined or NoNoise, so readers copy them as they are.
+  double noise_scale = std::numeric_limits<double>::quiet_NaN();  // B_simple; 0 when NoNoise
+  double snr = std::numeric_limits<double>::quiet_NaN();          // at B = N*b; +inf when NoNoise
 };
 
 class NoiseScaleEstimator {

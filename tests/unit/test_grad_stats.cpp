@@ -111,9 +111,13 @@ TEST_CASE("gradstats: estimates equal the serial reference", "[gradstats]") {
 TEST_CASE("gradstats: undefined estimates say why; non-finite steps are skipped", "[gradstats]") {
   NoiseScaleEstimator est(0.9);
   CHECK(est.estimate().state == EstimateState::NoSamples);
+  CHECK(std::isnan(est.estimate().noise_scale));
+  CHECK(std::isnan(est.estimate().snr));
   est.add(3, 1, 1, 8);
   CHECK(est.estimate().state == EstimateState::SinglePeer);
   CHECK(est.estimate().steps == 0);
+  CHECK(std::isnan(est.estimate().noise_scale));
+  CHECK(std::isnan(est.estimate().snr));
 
   NoiseScaleEstimator skip(0.9);
   skip.add(std::numeric_limits<double>::infinity(), 1, 4, 8);
@@ -150,6 +154,7 @@ TEST_CASE("gradstats: undefined estimates say why; non-finite steps are skipped"
 
   noise.reset();
   CHECK(noise.estimate().state == EstimateState::NoSamples);
+  CHECK(std::isnan(noise.estimate().noise_scale));
   CHECK(noise.estimate().steps == 0);
   CHECK(std::string(estimate_state_text(EstimateState::SinglePeer)).find("N = 1") != std::string::npos);
 }
