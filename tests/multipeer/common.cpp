@@ -562,11 +562,19 @@ bool in_quick_range(int n, int quick_max) {
   return !on || n <= quick_max;
 }
 
-uint64_t metric_value(taiji_peer_t* peer, const std::string& field, int link_peer) {
+std::string metrics_json(taiji_peer_t* peer) {
   size_t needed = 0;
   taiji_metrics_json(peer, nullptr, 0, &needed);
+  // Room for what changes between the two calls.
   std::string json(needed + 4096, '\0');
-  if (taiji_metrics_json(peer, json.data(), json.size(), &needed) != TAIJI_OK) return UINT64_MAX;
+  if (taiji_metrics_json(peer, json.data(), json.size(), &needed) != TAIJI_OK) return {};
+  json.resize(std::strlen(json.c_str()));
+  return json;
+}
+
+uint64_t metric_value(taiji_peer_t* peer, const std::string& field, int link_peer) {
+  const std::string json = metrics_json(peer);
+  if (json.empty()) return UINT64_MAX;
   size_t from = 0;
   size_t to = json.size();
   if (link_peer >= 0) {

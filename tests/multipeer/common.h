@@ -92,6 +92,9 @@ taiji_status_t wait_bounded(taiji_peer_t* peer, taiji_request_t* request, int64_
 void wait_and_check(taiji_peer_t* peer, int rank, int n, const std::vector<ReduceCase>& cases,
                     std::vector<taiji_request_t*>& reqs, const std::vector<std::vector<uint8_t>>& out,
                     const std::string& prefix, const std::string& suffix, Failures& failures);
+// The peer's metrics JSON (taiji_metrics_json); empty when the snapshot fails.
+std::string metrics_json(taiji_peer_t* peer);
+
 // A whole-number field of the peer's metrics JSON (taiji_metrics_json): top-level, or in
 // the "links" entry for rank link_peer when that is >= 0. UINT64_MAX when it is missing.
 uint64_t metric_value(taiji_peer_t* peer, const std::string& field, int link_peer = -1);
