@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -118,6 +119,7 @@ struct Client {
   std::string in;
   std::string out;
   bool dead = false;
+  Clock::time_point active;  // accepted, last answered, or last had reply bytes sent
   bool parked = false;
   std::string parked_key;
   Clock::time_point parked_deadline;
@@ -137,6 +139,9 @@ struct RendezvousServer::Impl {
   std::unordered_map<int, Client> clients;
   std::deque<int> ready;  // clients whose buffered input may now be processable
   Clock::time_point accept_paused_until{};
+  size_t max_clients = 0;
+  Clock::duration idle_limit{};
+  bool warned_full = false;
 
   ~Impl() {
     if (thread.joinable()) {
@@ -158,9 +163,11 @@ struct RendezvousServer::Impl {
   void respond(Client& c, uint8_t status, std::string_view value);
   void process_input(Client& c);
   void expire_parked();
+  Clock::time_point close_idle();
 };
 
 void RendezvousServer::Impl::respond(Client& c, uint8_t status, std::string_view value) {
+  c.active = Clock::now();
   c.out += reply(status, value);
   flush(c);
 }
@@ -171,6 +178,7 @@ void RendezvousServer::Impl::flush(Client& c) {
     ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
     if (n > 0) {
       c.out.erase(0, static_cast<size_t>(n));
+      c.active = Clock::now();
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -281,13 +289,32 @@ void RendezvousServer::Impl::expire_parked() {
   }
 }
 
+// Closes clients idle past the limit; returns when the next one would be.
+Clock::time_point RendezvousServer::Impl::close_idle() {
+  auto now = Clock::now();
+  auto next = Clock::time_point::max();
+  for (auto& [fd, c] : clients) {
+    // Waiting on the store is not idling: the wait has its own deadline.
+    if (c.dead || c.parked) continue;
+    if (now - c.active >= idle_limit) {
+      log().debug("rendezvous: closing client fd {}: no request completed for {} ms", fd,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(idle_limit).count());
+      c.dead = true;
+    } else {
+      next = std::min(next, c.active + idle_limit);
+    }
+  }
+  return next;
+}
+
 void RendezvousServer::Impl::accept_all() {
-  for (;;) {
+  while (clients.size() < max_clients) {
     int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
       set_nodelay(fd);
       Client c;
       c.fd = fd;
+      c.active = Clock::now();
       clients.emplace(fd, std::move(c));
       continue;
     }
@@ -299,17 +326,32 @@ void RendezvousServer::Impl::accept_all() {
     accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
     return;
   }
+  if (!warned_full) {
+    log().warn("rendezvous: {} clients connected, the most served at once; new connections "
+               "wait until one leaves", max_clients);
+    warned_full = true;
+  }
 }
 
 void RendezvousServer::Impl::run() {
   std::vector<pollfd> fds;
   for (;;) {
+    // Idle clients first, so that the places they free count for the accept below.
+    Clock::time_point next = close_idle();
+    for (auto it = clients.begin(); it != clients.end();) {
+      if (it->second.dead) {
+        close(it->first);
+        it = clients.erase(it);
+      } else {
+        ++it;
+      }
+    }
     fds.clear();
     fds.push_back({wake_read, POLLIN, 0});
-    bool accepting = Clock::now() >= accept_paused_until;
+    bool paused = Clock::now() < accept_paused_until;
+    bool accepting = !paused && clients.size() < max_clients;
     fds.push_back({listen_fd, static_cast<short>(accepting ? POLLIN : 0), 0});
-    Clock::time_point next = Clock::time_point::max();
-    if (!accepting) next = accept_paused_until;
+    if (paused) next = std::min(next, accept_paused_until);
     for (auto& [fd, c] : clients) {
       short events = 0;
       if (c.in.size() < kInputCap) events |= POLLIN;
@@ -346,14 +388,6 @@ void RendezvousServer::Impl::run() {
       auto it = clients.find(fd);
       if (it != clients.end()) process_input(it->second);
     }
-    for (auto it = clients.begin(); it != clients.end();) {
-      if (it->second.dead) {
-        close(it->first);
-        it = clients.erase(it);
-      } else {
-        ++it;
-      }
-    }
   }
 }
 
@@ -364,10 +398,19 @@ RendezvousServer::~RendezvousServer() = default;
 uint16_t RendezvousServer::port() const { return impl_->port; }
 
 Result<std::unique_ptr<RendezvousServer>> RendezvousServer::start(const std::string& host,
-                                                                  uint16_t port) {
+                                                                  uint16_t port,
+                                                                  RendezvousLimits limits) {
   std::string where = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
                       std::to_string(port);
   auto impl = std::make_unique<Impl>();
+  impl->max_clients = limits.max_clients;
+  if (impl->max_clients == 0) {
+    rlimit fds{};
+    rlim_t soft = getrlimit(RLIMIT_NOFILE, &fds) == 0 ? fds.rlim_cur : 1024;
+    impl->max_clients = static_cast<size_t>(
+        std::clamp<rlim_t>(soft == RLIM_INFINITY ? 1 << 20 : soft / 2, 16, 1 << 20));
+  }
+  impl->idle_limit = std::chrono::milliseconds(clamp_timeout_ms(limits.idle_ms));
 
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

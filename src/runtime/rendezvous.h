@@ -10,6 +10,7 @@
 // malformed request, or a set past that, closes that client's connection and nothing else.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,11 +23,23 @@ inline constexpr uint32_t kRendezvousMaxKey = 1024;
 inline constexpr uint32_t kRendezvousMaxValue = 64 * 1024;
 inline constexpr uint64_t kRendezvousMaxStoreBytes = 64 << 20;
 
+// What clients may hold on a server. The process that serves may be rank 0 itself, so a
+// flood of connections must not take every descriptor it has (its own links need them):
+// past max_clients, new connections wait in the listen backlog until a client leaves. A
+// connection that sends nothing, or half a request, would hold its place forever, so a
+// client with no 'G' parked that completes no request for idle_ms is closed. (A peer's
+// own client sends each request whole, right after the last answer.)
+struct RendezvousLimits {
+  size_t max_clients = 0;  // 0: half the process's descriptor limit (RLIMIT_NOFILE), at least 16
+  int64_t idle_ms = 60000;
+};
+
 class RendezvousServer {
  public:
   // Binds host:port (port 0: any free port) and serves on a background thread.
   static Result<std::unique_ptr<RendezvousServer>> start(const std::string& host,
-                                                         uint16_t port);
+                                                         uint16_t port,
+                                                         RendezvousLimits limits = {});
   ~RendezvousServer();  // stops and joins
   uint16_t port() const;
 

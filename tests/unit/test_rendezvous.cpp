@@ -415,3 +415,80 @@ TEST_CASE("rendezvous out of descriptors waits for them instead of spinning", "[
   REQUIRE(got.is_ok());
   CHECK(got.value() == "v");
 }
+
+namespace {
+
+std::unique_ptr<RendezvousServer> start_limited(RendezvousLimits limits) {
+  auto r = RendezvousServer::start("127.0.0.1", 0, limits);
+  INFO(r.status().message());
+  REQUIRE(r.is_ok());
+  return std::move(r.value());
+}
+
+}  // namespace
+
+TEST_CASE("rendezvous serves at most max_clients at once; later ones wait, and lose nothing",
+          "[rendezvous]") {
+  RendezvousLimits limits;
+  limits.max_clients = 2;
+  auto server = start_limited(limits);
+  // The backlog is served in order: these two take both places.
+  RawSocket a(server->port());
+  RawSocket b(server->port());
+  RawSocket waiting(server->port());
+  waiting.send_bytes("S" + u32le(1) + "k" + u32le(1) + "v");
+  pollfd p{waiting.fd, POLLIN, 0};
+  CHECK(poll(&p, 1, 300) == 0);  // not answered while both places are taken
+  // Places free: the waiting connection is accepted first and its set is done.
+  a.close_now();
+  b.close_now();
+  REQUIRE(poll(&p, 1, 10000) == 1);
+  char reply[5];
+  bound_receives(waiting.fd, 10000);
+  REQUIRE(recv(waiting.fd, reply, sizeof reply, MSG_WAITALL) == 5);
+  CHECK(reply[0] == 0);
+  auto next = connect_to(addr(*server));
+  auto got = next->get("k", 5000);
+  INFO(got.status().message());
+  REQUIRE(got.is_ok());
+  CHECK(got.value() == "v");
+  check_round_trip(*next, "k2", "v2");
+}
+
+TEST_CASE("rendezvous closes a client that completes no request within the idle limit",
+          "[rendezvous]") {
+  RendezvousLimits limits;
+  limits.max_clients = 2;
+  limits.idle_ms = 500;
+  auto server = start_limited(limits);
+  // Half a request, then nothing: its place is not held past the idle limit.
+  RawSocket half(server->port());
+  half.send_bytes("S" + u32le(1));
+  RawSocket silent(server->port());
+  auto t0 = Clock::now();
+  CHECK(half.closed_by_server(10000));
+  CHECK(silent.closed_by_server(10000));
+  CHECK(ms_since(t0) >= 400);
+  // Their places went to a client that was waiting for one.
+  auto c = connect_to(addr(*server));
+  check_round_trip(*c, "k", "v");
+}
+
+TEST_CASE("rendezvous idle limit spares clients that keep asking and clients parked on a get",
+          "[rendezvous]") {
+  RendezvousLimits limits;
+  limits.idle_ms = 1000;
+  auto server = start_limited(limits);
+  auto c = connect_to(addr(*server));
+  // Each gap is shorter than the limit, all of them together longer.
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(c->set("k" + std::to_string(i), "v", 5000).is_ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  // A get parked longer than the limit ends in its own timeout, not a closed connection.
+  auto t0 = Clock::now();
+  auto missing = c->get("missing", 1500);
+  CHECK(missing.status().code() == Code::Timeout);
+  CHECK(ms_since(t0) >= 1400);
+  check_round_trip(*c, "k", "v");
+}
