@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <new>
 #include <set>
 
 #include "collectives/reduce_kernels.h"
@@ -67,7 +68,20 @@ bool direct_exchange(const CollectiveSpec& s) {
 
 CollectiveOp::CollectiveOp(CollectiveSpec spec) : spec_(std::move(spec)) {
   elem_ = dtype_size(spec_.dtype);
-  plan();
+  try {
+    plan();
+  } catch (const std::bad_alloc&) {
+    // The op's own buffers (up to size x count elements on a gather's non-root) do not
+    // fit: no plan, and the engine fails the op instead of the process.
+    std::vector<uint8_t>().swap(scratch_);
+    std::vector<Chunk>().swap(plan_);
+    graphs_.clear();
+    sources_.clear();
+    destinations_.clear();
+    spec_.norms.reset();
+    out_of_memory_ = true;
+    return;
+  }
   // Collected with repeats, then sorted and deduplicated: a set would cost an allocation
   // per rank, and small ops are paid for per allocation.
   for (Chunk& ch : plan_) {

@@ -88,6 +88,8 @@ class CollectiveOp {
   void delivered(int src, uint32_t chunk, Stage stage, std::vector<ChunkSend>* out);
 
   bool done() const { return final_chunks_ == chunks(); }
+  // The op's buffers could not be allocated: it has no plan and must fail.
+  bool out_of_memory() const { return out_of_memory_; }
   // Graphs this op rerooted or copied for its roots (tests bound it).
   size_t rooted_graphs() const { return graphs_.size(); }
   // Ranks whose data this op still waits for (for timeout and stall messages).
@@ -145,6 +147,7 @@ class CollectiveOp {
   std::vector<int> destinations_;
   uint32_t final_chunks_ = 0;
   bool direct_ = false;                // direct exchange: work_ holds every rank's input
+  bool out_of_memory_ = false;
   uint32_t local_left_ = 0;            // norm tap: chunks whose input is not counted yet
   uint32_t rooted_left_ = 0;           // and chunks rooted here whose result is not
 };

@@ -140,6 +140,12 @@ void OpEngine::start(PostedOp posted) {
                  posted.posted_ns, monotonic_ns()};
     ref.metrics_token = opt_.metrics->op_started(ref.trace);
   }
+  if (ref.op->out_of_memory()) {
+    // Every rank hears of it (an Abort), so none waits for this one until its deadline.
+    discard_early(ref.key);
+    mismatch(ref, {Code::NoMemory, ref.title() + ": out of memory for the op's buffers"});
+    return maybe_finish(ref);
+  }
   begin(ref);
   maybe_finish(ref);
 }

@@ -959,3 +959,36 @@ TEST_CASE("errors: blocking calls and waits inside a completion callback are ref
   failures.add_all(lines);
   check_no_failures(failures);
 }
+
+// Under ASan and TSan an allocation too large to serve ends the process by design (their
+// allocators report it rather than throw), so this runs in the plain pass only.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+TEST_CASE("errors: an op whose buffers cannot be allocated fails with ERR_NO_MEMORY; the peers stay usable",
+          "[errors]") {
+  const int n = 3;
+  Failures failures;
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    // A reduce_scatter keeps size x recvcount elements of its own: 2^45 f32 per rank is
+    // 384 TiB here, more than any address space. The caller's buffers are never touched:
+    // the op fails before it reads or writes them.
+    static float untouched[2][4];
+    const size_t recvcount = size_t{1} << 45;
+    taiji_op_options_t opt = op_options(20000);
+    auto t0 = Clock::now();
+    taiji_status_t s = taiji_reduce_scatter(peer, "oom.rs", untouched[0], untouched[1], recvcount,
+                                            TAIJI_F32, TAIJI_SUM, &opt, nullptr);
+    failures.expect_status(rank, "oom.rs", s, TAIJI_ERR_NO_MEMORY);
+    failures.expect(rank, std::strstr(taiji_peer_last_error(peer), "out of memory") != nullptr,
+                    std::string("oom.rs: error text: ") + taiji_peer_last_error(peer));
+    failures.expect(rank, ms_since(t0) < 5000, "oom.rs: took " + std::to_string(ms_since(t0)) + " ms");
+    // The same name's next version, and another op, run as usual.
+    int32_t v[2] = {rank, 1};
+    s = taiji_allreduce(peer, "oom.rs", v, v, 2, TAIJI_I32, TAIJI_SUM, &opt, nullptr);
+    failures.expect_status(rank, "oom.rs next version", s, TAIJI_OK);
+    failures.expect(rank, v[0] == n * (n - 1) / 2 && v[1] == n, "oom.rs next version: wrong sum");
+    expect_usable(peer, rank, n, "oom.after", failures);
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+#endif
