@@ -373,11 +373,16 @@ taiji_status_t taiji_request_test(taiji_request_t* request) {
 
 taiji_status_t taiji_request_wait(taiji_request_t* request, int64_t timeout_ms) {
   if (request == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
-  if (request->io_thread == std::this_thread::get_id()) return TAIJI_ERR_INVALID_ARGUMENT;
+  taiji::Status s;
+  // A finished op is answered on any thread. (The I/O thread's id, copied at the post,
+  // may belong to a new thread once the peer is gone.)
+  if (request->state->test(&s)) return to_c(s);
+  if (request->io_thread == std::this_thread::get_id()) {
+    return invalid(request->peer, "taiji_request_wait on the peer's own I/O thread (in a callback) would never return");
+  }
   if (request->state->held_by(taiji::group_thread_token())) {
     return invalid(request->peer, "the op is held in a group this thread has still open; call taiji_group_end first");
   }
-  taiji::Status s;
   return request->state->wait_for(timeout_ms, &s) ? to_c(s) : TAIJI_IN_PROGRESS;
 }
 

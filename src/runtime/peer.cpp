@@ -184,6 +184,8 @@ Status Peer::bootstrap() {
     run_loop();
     if (baton_) baton_->close();
     run_deferred_callbacks();
+    // A later thread may get this one's id: it must not pass for the I/O thread.
+    io_thread_id_ = std::thread::id();
   });
   // Set before the first post can read it (with one rank nothing below waits for the loop).
   io_thread_id_ = thread_.get_id();

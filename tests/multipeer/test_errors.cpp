@@ -554,6 +554,35 @@ TEST_CASE("errors: posts after finalize fail with ERR_FINALIZED", "[errors]") {
   check_no_failures(failures);
 }
 
+TEST_CASE("errors: after finalize, threads started later wait on old requests and get ERR_FINALIZED",
+          "[errors]") {
+  // The finalized peer's I/O thread is gone, and a new thread often gets its id: that one
+  // must not be taken for the I/O thread (which may neither wait nor block).
+  constexpr int n = 2;
+  Failures failures;
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    float v[2] = {1, 2};
+    taiji_op_options_t opt = op_options(20000);
+    taiji_request_t* req = nullptr;
+    if (!failures.expect_status(rank, "post", taiji_allreduce(peer, "done", v, v, 2, TAIJI_F32, TAIJI_SUM, &opt, &req),
+                                TAIJI_OK)) {
+      return;
+    }
+    failures.expect_status(rank, "wait", taiji_request_wait(req, 20000), TAIJI_OK);
+    failures.expect_status(rank, "finalize", taiji_peer_finalize(peer), TAIJI_OK);
+    for (int i = 0; i < 8; ++i) {
+      std::thread([&] {
+        failures.expect_status(rank, "wait on a new thread", taiji_request_wait(req, 0), TAIJI_OK);
+        failures.expect_status(rank, "barrier on a new thread", taiji_barrier(peer, "late", &opt, nullptr),
+                               TAIJI_ERR_FINALIZED);
+      }).join();
+    }
+    taiji_request_free(req);
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
 TEST_CASE("errors: abort ends a waiting op with ERR_ABORTED at once", "[errors]") {
   constexpr int n = 2;
   Failures failures;
