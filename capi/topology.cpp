@@ -128,7 +128,10 @@ taiji_status_t taiji_topology_from_text(const taiji_peer_t* peer, const char* te
 }
 
 size_t taiji_topology_text(const taiji_topology_t* topology, char* buf, size_t len) {
-  if (topology == nullptr) return 0;
+  if (topology == nullptr) {
+    if (buf != nullptr && len > 0) buf[0] = '\0';
+    return 0;
+  }
   std::string text;
   try {
     text = taiji::to_text(*topology->bound.strategy);
@@ -163,6 +166,9 @@ taiji_status_t taiji_set_topology(taiji_peer_t* peer, const taiji_topology_t* to
     taiji::PostArgs args;
     taiji_status_t s = apply_options(peer, options, request == nullptr, &args);
     if (s != TAIJI_OK) return s;
+    taiji_op_options_t opt;
+    read_options(options, &opt);  // checked by apply_options
+    if (opt.grad_stats != nullptr) return invalid(peer, "options.grad_stats is for allreduce only");
     taiji::BoundStrategy proposed = topology ? topology->bound : taiji::BoundStrategy{};
     return finish_post(peer, peer->impl->set_topology(proposed, args.timeout_ms, std::move(args.callback)),
                        request);

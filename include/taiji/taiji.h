@@ -315,8 +315,9 @@ TAIJI_API void taiji_topology_destroy(taiji_topology_t *topology);
  * this peer, run on it, while ops already in flight finish on the old one. Peers that
  * disagree all get ERR_MISMATCH and keep the old topology. Ops posted after the call
  * wait for the agreement before they start. Blocking and asynchronous like any op;
- * options.timeout_ms bounds the agreement. The topology object may be destroyed once
- * the call returns. */
+ * options.timeout_ms bounds the agreement (options.version and options.topology are
+ * ignored; options.grad_stats is refused with ERR_INVALID_ARGUMENT). The topology
+ * object may be destroyed once the call returns. */
 TAIJI_API taiji_status_t taiji_set_topology(taiji_peer_t *peer, const taiji_topology_t *topology,
                                             const taiji_op_options_t *options,
                                             taiji_request_t **request);

@@ -307,6 +307,15 @@ TEST_CASE("grad stats: bad use is refused clearly", "[grad_stats]") {
     failures.expect_status(rank, "empty name",
                            taiji_allreduce(peer, "", &f, &f, 1, TAIJI_F32, TAIJI_SUM, &opt, nullptr),
                            TAIJI_ERR_INVALID_ARGUMENT);
+    // Statistics belong to an allreduce; other kinds and a topology swap refuse them.
+    failures.expect_status(rank, "broadcast", taiji_broadcast(peer, "b", &f, 1, TAIJI_F32, 0, &opt, nullptr),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    failures.expect(rank, std::string(taiji_peer_last_error(peer)).find("allreduce only") != std::string::npos,
+                    taiji_peer_last_error(peer));
+    failures.expect_status(rank, "set_topology", taiji_set_topology(peer, nullptr, &opt, nullptr),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    failures.expect(rank, std::string(taiji_peer_last_error(peer)).find("allreduce only") != std::string::npos,
+                    taiji_peer_last_error(peer));
     taiji_grad_stats_destroy(stats);
   });
   failures.add_all(lines);

@@ -797,6 +797,9 @@ TEST_CASE("topology: invalid graphs are refused and the fault is named", "[topol
   CHECK(taiji_topology_digest(nullptr) == 0);
   CHECK(taiji_topology_size(nullptr) == -1);
   CHECK(taiji_topology_text(nullptr, nullptr, 0) == 0);
+  char written[4] = {'x', 'x', 'x', 'x'};
+  CHECK(taiji_topology_text(nullptr, written, sizeof written) == 0);
+  CHECK(written[0] == '\0');
   taiji_topology_destroy(nullptr);
 }
 
