@@ -1,7 +1,10 @@
 #include "runtime/grad_stats_op.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "monitor/metrics.h"
 
 namespace taiji {
 
@@ -25,6 +28,10 @@ struct Join : std::enable_shared_from_this<Join> {
   // the caller's post returns), whichever is later. A gradient that fails before its norm
   // is counted still sends one (NaN), so that every peer's companion completes at once.
   Peer* peer = nullptr;
+  // The caller's deadline (monotonic ns) bounds the companions too: they end with it.
+  uint64_t deadline_ns = 0;
+  std::weak_ptr<RequestState> gradient;
+  uint64_t topology_digest = 0;        // the gradient's, once it ran
   uint64_t version = 0;
   bool version_known = false;
   bool norms_ready = false;
@@ -58,16 +65,30 @@ struct Join : std::enable_shared_from_this<Join> {
 
   void gradient_done(const Status& s) {
     bool go = false;
-    if (!s.is_ok()) {
+    {
       std::lock_guard<std::mutex> lock(mu);
-      if (!norms_ready) {
-        norms[0] = norms[1] = std::nan("");
-        norms_ready = true;
+      // Bound on the loop as it started: known now, and the caller's request reports it.
+      // (Not yet known to the join when the gradient ends before its post returns; the
+      // post reads it then.)
+      if (auto g = gradient.lock()) topology_digest = g->topology_digest();
+      if (!s.is_ok()) {
+        if (!norms_ready) {
+          norms[0] = norms[1] = std::nan("");
+          norms_ready = true;
+        }
+        go = take_norm_turn();
       }
-      go = take_norm_turn();
     }
-    if (go) post_norm();
+    // The gradient's own error first: a companion that cannot even be posted (the peer
+    // was aborted meanwhile) must not replace it.
     done(s);
+    if (go) post_norm();
+  }
+
+  // What is left of the caller's deadline, for a companion posted now (at least 1 ms).
+  int64_t remaining_ms() const {
+    const uint64_t now = monotonic_ns();
+    return now >= deadline_ns ? 1 : std::max<int64_t>(1, static_cast<int64_t>((deadline_ns - now) / 1000000));
   }
 
   // One of the two conditions for sending the norm companion became true (under mu).
@@ -87,6 +108,10 @@ struct Join : std::enable_shared_from_this<Join> {
     c.count = 2;
     c.dtype = DType::F64;
     c.redop = RedOp::Sum;
+    c.timeout_ms = remaining_ms();
+    // Posted when this rank's norms are counted, which is earlier on a leaf than on the
+    // root: a topology swap posted after the gradient may be in force on some ranks only.
+    c.by_size = true;
     c.callback = [self = shared_from_this()](const Status& st) { self->done(st); };
     // Never held: it may go out from the loop, as the gradient's norms are counted.
     auto r = peer->post_internal(std::move(c), false);
@@ -120,6 +145,7 @@ struct Join : std::enable_shared_from_this<Join> {
       }
       publish_grad_stats(*metrics, *stats);
     }
+    request->set_topology_digest(topology_digest);
     request->complete(status);
   }
 };
@@ -231,6 +257,8 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
   join->recv = args.recv;
   join->count = args.count;
   join->n = peer.size();
+  const int64_t timeout_ms = args.timeout_ms > 0 ? args.timeout_ms : peer.config().timeout_ms;
+  join->deadline_ns = monotonic_ns() + static_cast<uint64_t>(timeout_ms) * 1000000;
   const double scale = stats->loss_scale();
   join->scale2 = scale * scale;
   // The gradient's reduction counts ||g_i||^2 as it first reads each chunk of the input,
@@ -270,7 +298,12 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
   if (!grad.is_ok()) return grad.status();
   const uint64_t version = grad.value()->version();
   auto user = std::make_shared<RequestState>(version, std::move(user_callback));
-  user->set_topology_digest(grad.value()->topology_digest());
+  {
+    // The gradient may have ended already (then its digest is set), or not yet started.
+    std::lock_guard<std::mutex> lock(join->mu);
+    join->gradient = grad.value();
+    join->topology_digest = grad.value()->topology_digest();
+  }
   // Held in the caller's group exactly as long as the gradient's own op is.
   user->hold_with(grad.value());
 
@@ -284,6 +317,7 @@ Result<std::shared_ptr<RequestState>> post_allreduce_with_stats(Peer& peer, Post
     c.count = join->squares.size();
     c.dtype = DType::F64;
     c.redop = RedOp::Sum;
+    c.timeout_ms = join->remaining_ms();
     c.callback = [join](const Status& s) { join->done(s); };
     // Held with the gradient when the caller is in a group: every peer must see it in the
     // same place among the caller's ops (a topology swap held before it, say).

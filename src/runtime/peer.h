@@ -47,6 +47,10 @@ struct PostArgs {
   std::string topology;           // empty: the peer's choice
   RequestState::Callback callback;
   std::shared_ptr<NormTap> norms;  // allreduce: sums of squares taken on the way
+  // Internal: the automatic choice by size, whatever topology is in force. For an op whose
+  // place in the op stream differs between ranks (posted from the loop when something
+  // else happened), which a topology swap would otherwise catch on some ranks only.
+  bool by_size = false;
 };
 
 class Peer final : private LoopBaton::Driver {

@@ -135,6 +135,7 @@ Result<PostedOp> Peer::prepare(PostArgs& args) {
   op.request = std::make_shared<RequestState>(op.version, std::move(args.callback));
   if (adaptive_) op.request->set_spin(static_cast<uint64_t>(config_.spin_us) * 1000, baton_);
   if (explicit_strategy.strategy) use_strategy(op, explicit_strategy);
+  if (args.by_size) bind_by_size(op);
   return op;
 }
 

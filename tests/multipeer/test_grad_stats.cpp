@@ -362,3 +362,122 @@ TEST_CASE("grad stats: a gradient that fails ends its statistics at once, on eve
   failures.add_all(lines);
   check_no_failures(failures);
 }
+
+TEST_CASE("grad stats: a topology swap posted right after a gradient does not split its statistics",
+          "[grad_stats]") {
+  // The norm companion goes out when a rank's norms are counted: on a leaf of the
+  // gradient's reduction at once, on the root only once the leaves' data arrived. Here
+  // the leaves post their swap 50 ms after the gradient and rank 0 posts it at once, so
+  // rank 0's companion would meet the swap and theirs would not.
+  constexpr int n = 3;
+  Failures failures;
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
+    cfg.batch_size = 8;
+    taiji_grad_stats_t* stats = nullptr;
+    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    taiji_topology_t* ring = nullptr;
+    if (!failures.expect_status(rank, "ring", taiji_topology_from_text(peer, "ring", 0, &ring), TAIJI_OK)) return;
+    taiji_op_options_t opt = op_options(20000);
+    std::vector<float> g(64, static_cast<float>(rank + 1));
+    // The same size without statistics: the digest the gradient must report.
+    taiji_request_t* plain = nullptr;
+    failures.expect_status(rank, "plain", taiji_allreduce(peer, "plain", g.data(), g.data(), g.size(), TAIJI_F32,
+                                                          TAIJI_SUM, &opt, &plain), TAIJI_OK);
+    failures.expect_status(rank, "plain wait", taiji_request_wait(plain, 20000), TAIJI_OK);
+    const uint64_t want_digest = taiji_request_topology_digest(plain);
+    taiji_request_free(plain);
+    std::fill(g.begin(), g.end(), static_cast<float>(rank + 1));
+    if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    opt.grad_stats = stats;
+    taiji_request_t* grad = nullptr;
+    failures.expect_status(rank, "post gradient", taiji_allreduce(peer, "X", g.data(), g.data(), g.size(), TAIJI_F32,
+                                                                  TAIJI_SUM, &opt, &grad), TAIJI_OK);
+    if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    opt.grad_stats = nullptr;
+    taiji_request_t* swap = nullptr;
+    failures.expect_status(rank, "post swap", taiji_set_topology(peer, ring, &opt, &swap), TAIJI_OK);
+    if (grad != nullptr) {
+      failures.expect_status(rank, "gradient", taiji_request_wait(grad, 20000), TAIJI_OK);
+      failures.expect(rank, want_digest != 0 && taiji_request_topology_digest(grad) == want_digest,
+                      "gradient digest " + std::to_string(taiji_request_topology_digest(grad)) + ", plain " +
+                          std::to_string(want_digest));
+      taiji_request_free(grad);
+    }
+    if (swap != nullptr) {
+      failures.expect_status(rank, "swap", taiji_request_wait(swap, 20000), TAIJI_OK);
+      taiji_request_free(swap);
+    }
+    failures.expect(rank, g[0] == 6.0f, "wrong sum");
+    taiji_topology_destroy(ring);
+    taiji_grad_stats_destroy(stats);
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
+TEST_CASE("grad stats: the gradient's own deadline bounds its statistics", "[grad_stats]") {
+  // Rank 1 never posts the gradient: rank 0's request must end at its 300 ms deadline,
+  // not at the peer's 20 s default that the companions would otherwise get.
+  constexpr int n = 2;
+  Failures failures;
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
+    cfg.batch_size = 8;
+    taiji_grad_stats_t* stats = nullptr;
+    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    if (rank == 0) {
+      taiji_op_options_t opt = op_options(300);
+      opt.grad_stats = stats;
+      std::vector<float> g(64, 1.0f);
+      const auto start = Clock::now();
+      failures.expect_status(rank, "orphan gradient", taiji_allreduce(peer, "orphan", g.data(), g.data(), g.size(),
+                                                                      TAIJI_F32, TAIJI_SUM, &opt, nullptr),
+                             TAIJI_ERR_TIMEOUT);
+      failures.expect(rank, ms_since(start) < 5000, "took " + std::to_string(ms_since(start)) + " ms");
+    }
+    taiji_op_options_t sync = op_options(20000);
+    failures.expect_status(rank, "barrier", taiji_barrier(peer, "after", &sync, nullptr), TAIJI_OK);
+    taiji_grad_stats_destroy(stats);
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
+TEST_CASE("grad stats: abort ends a gradient with ERR_ABORTED, as for any op", "[grad_stats]") {
+  // One rank posts a gradient the other never does, then aborts. As the root of its
+  // reduction (one of the two cases) its norms are never counted, so its companion is
+  // posted only as the gradient fails, when the aborted peer refuses it.
+  constexpr int n = 2;
+  const int poster = GENERATE(0, 1);
+  CAPTURE(poster);
+  Failures failures;
+  PeerOptions options;
+  // The aborting rank's links close under the other, which may then report it lost.
+  options.finalize_ok = [](int, taiji_status_t s) { return s == TAIJI_OK || s == TAIJI_ERR_PEER_LOST; };
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    if (rank != poster) {
+      // Stays until the poster has aborted: a finalized peer would fail its op first.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      return;
+    }
+    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
+    cfg.batch_size = 8;
+    taiji_grad_stats_t* stats = nullptr;
+    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    taiji_op_options_t opt = op_options(20000);
+    opt.grad_stats = stats;
+    std::vector<float> g(64, 1.0f);
+    taiji_request_t* req = nullptr;
+    if (failures.expect_status(rank, "post", taiji_allreduce(peer, "orphan", g.data(), g.data(), g.size(), TAIJI_F32,
+                                                             TAIJI_SUM, &opt, &req), TAIJI_OK)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      taiji_peer_abort(peer);
+      failures.expect_status(rank, "aborted gradient", taiji_request_wait(req, 5000), TAIJI_ERR_ABORTED);
+      taiji_request_free(req);
+    }
+    taiji_grad_stats_destroy(stats);
+  }, options);
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
