@@ -89,7 +89,9 @@ void Fusion::start_round() {
   uint64_t timeout_ms = 1;
   const uint64_t now = now_ms();
   auto list = [&](Waiting& w) {
-    if (w.listed || listed.size() == kRoundSlots) return;
+    // An op past its deadline is not listed again: the tick fails it, as it would an
+    // unlisted one (rounds that keep settling other ops would otherwise keep it alive).
+    if (w.listed || listed.size() == kRoundSlots || now >= w.deadline_ms) return;
     w.listed = true;
     listed.push_back(w.entry);
     timeout_ms = std::max<uint64_t>(timeout_ms, w.deadline_ms > now ? w.deadline_ms - now : 1);
@@ -104,6 +106,7 @@ void Fusion::start_round() {
   // round holds, every one is listed in turn.
   for (auto it = waiting_.lower_bound(cursor_); it != waiting_.end(); ++it) list(*it->second);
   for (auto it = waiting_.begin(); it != waiting_.end() && it->first < cursor_; ++it) list(*it->second);
+  if (listed.empty()) return;  // every op waiting is past its deadline: the tick ends them
   last_listed_ = listed.empty() ? Key{} : Key{listed.back().hash, listed.back().version};
   auto round = std::make_shared<Round>();
   const uint64_t bytes = kRoundHeaderBytes + kRoundSlots * kFusionEntryBytes;
@@ -274,7 +277,9 @@ void Fusion::start_group(const FusionGroup& plan, uint64_t version) {
   const uint64_t elem = dtype_size(plan.dtype);
   group->send = take_buffer(plan.count * elem);
   group->recv = take_buffer(plan.count * elem);
-  uint64_t timeout_ms = UINT64_MAX;
+  // The latest of the members' deadlines: one op with a short deadline (or one that
+  // passed it while its round ran) must not fail the ops fused with it.
+  uint64_t timeout_ms = 0;
   const uint64_t now = now_ms();
   const uint64_t started_ns = monotonic_ns();
   uint64_t offset = 0;
@@ -285,7 +290,7 @@ void Fusion::start_group(const FusionGroup& plan, uint64_t version) {
       w = std::move(it->second);
       waiting_.erase(it);
       std::memcpy(group->send.data() + offset, w->op.spec.send, e.count * elem);
-      timeout_ms = std::min<uint64_t>(timeout_ms, w->deadline_ms > now ? w->deadline_ms - now : 1);
+      timeout_ms = std::max<uint64_t>(timeout_ms, w->deadline_ms > now ? w->deadline_ms - now : 1);
       if (opt_.metrics != nullptr) {
         w->trace = {static_cast<uint8_t>(OpKind::Allreduce), &w->op.name, w->op.version,
                     e.count * elem, &kFusedStrategy, w->op.posted_ns, started_ns};
@@ -298,7 +303,7 @@ void Fusion::start_group(const FusionGroup& plan, uint64_t version) {
     group->members.push_back(std::move(w));
     offset += e.count * elem;
   }
-  if (timeout_ms == UINT64_MAX) timeout_ms = opt_.round_timeout_ms;
+  if (timeout_ms == 0) timeout_ms = opt_.round_timeout_ms;
   PostedOp op = internal_op(kGroupName, version, OpKind::Allreduce, &plan, group->send.data(),
                             group->recv.data(), plan.count, timeout_ms);
   op.finish_hook = [this, group](const Status& s) {

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
+#include <deque>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -236,6 +238,119 @@ TEST_CASE("fusion: an op no other rank posts times out by its own deadline", "[f
     // Not at once, and not by any deadline but its own.
     failures.expect(rank, took >= 0.8 * 300 && took < 5000, "timed out after " + std::to_string(took) + " ms");
     done = true;
+  });
+}
+
+TEST_CASE("fusion: an orphan op times out by its deadline while other ops keep being fused", "[fusion]") {
+  // Batches posted back to back keep a round running on rank 0 at all times; the orphan
+  // must not ride along from round to round past its deadline.
+  constexpr int n = 2;
+  constexpr int kBatch = 10;
+  constexpr int kDepth = 4;  // batches in flight: both ranks nearly always have ops waiting
+  constexpr double kFlowMs = 2000;
+  // Batches each rank posts: decided by rank 0 once the flow has run kFlowMs. Rank 1 is at
+  // most kDepth - 1 batches ahead (it waits for batch b - kDepth + 1 before it posts b + 1).
+  std::atomic<int> batches{INT_MAX};
+  Failures failures;
+  run_fused_failing_ops(n, failures, [&](taiji_peer_t* peer, int rank) {
+    taiji_op_options_t opt = op_options(20000);
+    std::vector<float> orphan(16, 1.0f);
+    taiji_request_t* orphan_req = nullptr;
+    if (rank == 0) {
+      taiji_op_options_t short_opt = op_options(300);
+      failures.expect_status(rank, "post orphan", taiji_allreduce(peer, "orphan", orphan.data(), orphan.data(),
+                                                                  orphan.size(), TAIJI_F32, TAIJI_SUM, &short_opt,
+                                                                  &orphan_req), TAIJI_OK);
+    }
+    const auto start = Clock::now();
+    double orphan_done_ms = -1;
+    std::vector<std::vector<float>> bufs(kDepth * kBatch, std::vector<float>(1024, 1.0f));
+    std::deque<std::vector<taiji_request_t*>> in_flight;
+    for (int b = 0; b < batches.load(); ++b) {
+      if (rank == 0 && batches.load() == INT_MAX && ms_since(start) >= kFlowMs) batches = b + kDepth;
+      // Batch b goes out before batch b - kDepth + 1 is waited for.
+      std::vector<taiji_request_t*> posted;
+      for (int i = 0; i < kBatch; ++i) {
+        std::vector<float>& buf = bufs[(b % kDepth) * kBatch + i];
+        std::fill(buf.begin(), buf.end(), 1.0f);
+        taiji_request_t* r = nullptr;
+        const std::string name = "flow/" + std::to_string(i);
+        if (!failures.expect_status(rank, name, taiji_allreduce(peer, name.c_str(), buf.data(), buf.data(),
+                                                                buf.size(), TAIJI_F32, TAIJI_SUM, &opt, &r),
+                                    TAIJI_OK)) {
+          batches = 0;
+          break;
+        }
+        posted.push_back(r);
+      }
+      in_flight.push_back(std::move(posted));
+      if (in_flight.size() == kDepth) {
+        for (taiji_request_t* r : in_flight.front()) {
+          failures.expect_status(rank, "flow", taiji_request_wait(r, 20000), TAIJI_OK);
+          taiji_request_free(r);
+        }
+        in_flight.pop_front();
+      }
+      if (orphan_req != nullptr && orphan_done_ms < 0 && taiji_request_test(orphan_req) != TAIJI_IN_PROGRESS) {
+        orphan_done_ms = ms_since(start);
+      }
+    }
+    for (auto& batch : in_flight) {
+      for (taiji_request_t* r : batch) {
+        failures.expect_status(rank, "flow", taiji_request_wait(r, 20000), TAIJI_OK);
+        taiji_request_free(r);
+      }
+    }
+    if (orphan_req != nullptr) {
+      failures.expect_status(rank, "orphan", taiji_request_wait(orphan_req, 20000), TAIJI_ERR_TIMEOUT);
+      // Soon after its deadline, while the flow still ran.
+      failures.expect(rank, orphan_done_ms >= 0 && orphan_done_ms < kFlowMs / 2,
+                      "the orphan ended " + std::to_string(orphan_done_ms) + " ms into a " +
+                          std::to_string(kFlowMs) + " ms flow (its deadline: 300 ms)");
+      taiji_request_free(orphan_req);
+    }
+    failures.expect_status(rank, "sync", taiji_barrier(peer, "flow/end", &opt, nullptr), TAIJI_OK);
+  });
+}
+
+TEST_CASE("fusion: an op past its deadline does not fail the ops fused with it", "[fusion]") {
+  // Rank 1 posts its batch 200 ms after rank 0, so rank 0's op with a 50 ms deadline is
+  // past it when the round settles; the group it is fused into (12 MiB over TCP, slower
+  // than the engine's 20 ms tick) must keep the others' 20 s.
+  constexpr int n = 2;
+  constexpr int kOps = 200;
+  constexpr size_t kCount = 16384;  // 64 KiB of f32, the largest op fusion takes
+  EnvOverride shm("TAIJI_SHM", "off");
+  EnvOverride buffer("TAIJI_FUSION_BUFFER_BYTES", "64M");
+  Failures failures;
+  run_fused_failing_ops(n, failures, [&](taiji_peer_t* peer, int rank) {
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    taiji_op_options_t opt = op_options(20000);
+    taiji_op_options_t short_opt = op_options(50);
+    std::vector<std::vector<float>> bufs(kOps + 1, std::vector<float>(kCount, static_cast<float>(rank + 1)));
+    std::vector<taiji_request_t*> reqs(kOps + 1, nullptr);
+    failures.expect_status(rank, "group start", taiji_group_start(peer), TAIJI_OK);
+    for (int i = 0; i <= kOps; ++i) {
+      const std::string name = i == kOps ? "late/short" : "late/" + std::to_string(i);
+      failures.expect_status(rank, "post " + name,
+                             taiji_allreduce(peer, name.c_str(), bufs[i].data(), bufs[i].data(), kCount, TAIJI_F32,
+                                             TAIJI_SUM, i == kOps ? &short_opt : &opt, &reqs[i]),
+                             TAIJI_OK);
+    }
+    failures.expect_status(rank, "group end", taiji_group_end(peer), TAIJI_OK);
+    int failed = 0;
+    for (int i = 0; i <= kOps; ++i) {
+      if (reqs[i] == nullptr) continue;
+      const taiji_status_t s = taiji_request_wait(reqs[i], 30000);
+      if (i < kOps && s != TAIJI_OK) ++failed;
+      if (i < kOps && s == TAIJI_OK && (bufs[i][0] != 3.0f || bufs[i][kCount - 1] != 3.0f)) ++failed;
+      if (i < kOps && s != TAIJI_OK && failed == 1) {
+        failures.add(rank, "late/" + std::to_string(i) + ": " + status_text(s) + ": " +
+                               taiji_request_error(reqs[i]));
+      }
+      taiji_request_free(reqs[i]);
+    }
+    failures.expect(rank, failed == 0, std::to_string(failed) + " of the long-deadline ops failed or were wrong");
   });
 }
 
