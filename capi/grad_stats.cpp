@@ -32,7 +32,8 @@ extern "C" {
 
 taiji_status_t taiji_grad_stats_create(taiji_peer_t* peer, const taiji_grad_stats_config_t* config,
                                        taiji_grad_stats_t** stats) {
-  if (peer == nullptr || stats == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (stats == nullptr) return invalid(peer, "stats output is NULL");
   *stats = nullptr;
   if (config == nullptr) return invalid(peer, "config is NULL (the batch size is required)");
   return guarded(peer, [&]() -> taiji_status_t {

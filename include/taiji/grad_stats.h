@@ -64,7 +64,8 @@ typedef struct taiji_grad_stats_result {
 
 /* Creates a statistics object for this peer. ERR_INVALID_ARGUMENT (text from
  * taiji_peer_last_error(peer)) for a missing or non-positive batch size or a smoothing
- * outside [0, 1). */
+ * outside [0, 1). The object refers to its peer: once the peer is destroyed, only
+ * taiji_grad_stats_read and taiji_grad_stats_destroy may be called on it. */
 TAIJI_API taiji_status_t taiji_grad_stats_create(taiji_peer_t *peer,
                                                  const taiji_grad_stats_config_t *config,
                                                  taiji_grad_stats_t **stats);

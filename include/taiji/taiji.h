@@ -95,7 +95,12 @@ typedef struct taiji_request taiji_request_t; /* one posted asynchronous operati
 /* Completion callback. Runs on the peer's I/O thread exactly once when the op completes
  * (successfully or not); it must not block and must not wait on other taiji requests. It
  * may post new operations with a request (a blocking call or a wait made from a callback
- * returns TAIJI_ERR_INVALID_ARGUMENT instead of deadlocking the I/O thread). */
+ * returns TAIJI_ERR_INVALID_ARGUMENT instead of deadlocking the I/O thread).
+ * The callback is not ordered with the caller's view of the op: taiji_request_wait,
+ * taiji_request_test or a blocking call may report completion before the callback has
+ * run (a thread that waited runs the loop itself and leaves callbacks to the I/O thread).
+ * Keep user_data valid until the callback has run; taiji_peer_finalize and
+ * taiji_peer_destroy run every callback still due before they return. */
 typedef void (*taiji_callback_t)(taiji_status_t status, void *user_data);
 
 /* ---- versions ----------------------------------------------------------------------- */
@@ -145,12 +150,14 @@ TAIJI_API taiji_status_t(taiji_peer_init)(const taiji_config_t *config, taiji_pe
 /* Completes the peer's participation: waits (bounded by the op timeout) for in-flight ops
  * to finish, then closes all connections and stops the I/O thread. Ops posted afterwards
  * fail with ERR_FINALIZED. Blocks. Idempotent. Returns the peer's sticky error, if any;
- * after taiji_peer_abort it returns TAIJI_OK (there is nothing left to finish). */
+ * after taiji_peer_abort it returns TAIJI_OK (there is nothing left to finish), unless
+ * the peer had already failed before the abort: then that first error. */
 TAIJI_API taiji_status_t taiji_peer_finalize(taiji_peer_t *peer);
 
 /* Cancels every in-flight op (each completes with ERR_ABORTED, waking its waiters),
  * closes all connections and makes the peer unusable (taiji_peer_async_error reports
- * ERR_ABORTED; later posts fail; finalize returns TAIJI_OK). Does not
+ * ERR_ABORTED, or the error the peer had already failed with, which is kept; later posts
+ * fail; finalize returns TAIJI_OK, or that earlier error). Does not
  * wait for peers. Safe to call from any thread, also from a completion callback. */
 TAIJI_API taiji_status_t taiji_peer_abort(taiji_peer_t *peer);
 
