@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "monitor/log.h"
 #include "runtime/config.h"
 #include "runtime/peer.h"
 
@@ -265,6 +266,13 @@ taiji_status_t taiji_peer_abort(taiji_peer_t* peer) {
 
 void taiji_peer_destroy(taiji_peer_t* peer) {
   if (peer == nullptr) return;
+  if (peer->impl && peer->impl->on_io_thread()) {
+    // Freeing the loop that is running this callback would end the process. The peer is
+    // aborted instead and its memory left: the caller broke the rule, the job goes on.
+    taiji::log().error("taiji_peer_destroy from a completion callback: the peer is aborted, not freed");
+    peer->impl->abort();
+    return;
+  }
   try {
     peer->impl.reset();
   } catch (...) {

@@ -164,7 +164,8 @@ TAIJI_API taiji_status_t taiji_peer_abort(taiji_peer_t *peer);
 /* Frees the peer. If it was not finalized, ops still running fail with ERR_ABORTED and
  * the links close with a goodbye, so other peers see this one leave (ops that need it
  * fail with ERR_PEER_LOST) rather than crash. Requests still held by the caller stay
- * valid until freed. Accepts NULL. Do not call it from a completion callback. */
+ * valid until freed. Accepts NULL. Do not call it from a completion callback (there it
+ * only aborts the peer, logs an error and leaves the peer's memory allocated). */
 TAIJI_API void taiji_peer_destroy(taiji_peer_t *peer);
 
 /* Rank and world size; -1 for NULL. Never block. */

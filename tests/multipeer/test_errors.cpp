@@ -666,6 +666,53 @@ void abort_in_callback(taiji_status_t status, void* user_data) {
 
 }  // namespace
 
+namespace {
+
+void destroy_in_callback(taiji_status_t status, void* user_data) {
+  auto* a = static_cast<AbortFromCallback*>(user_data);
+  a->log.status.store(status);
+  taiji_peer_destroy(a->peer);  // against the rules: must not end the process
+  a->log.calls.fetch_add(1);
+}
+
+}  // namespace
+
+TEST_CASE("errors: destroy from a completion callback aborts the peer instead of ending the process",
+          "[errors]") {
+  constexpr int n = 2;
+  Failures failures;
+  PeerOptions options;
+  options.finalize_ok = [](int rank, taiji_status_t s) {
+    return s == TAIJI_OK || (rank == 1 && s == TAIJI_ERR_PEER_LOST);
+  };
+  std::atomic<bool> done{false};
+  auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    int32_t v = rank + 1;
+    taiji_op_options_t opt = op_options(20000);
+    if (rank == 1) {
+      taiji_status_t s = taiji_allreduce(peer, "trigger", &v, &v, 1, TAIJI_I32, TAIJI_SUM, &opt, nullptr);
+      failures.expect(rank, s == TAIJI_OK || s == TAIJI_ERR_PEER_LOST, "trigger: " + status_text(s));
+      failures.expect(rank, await_flag(done, std::chrono::seconds(20)), "rank 0 never finished");
+      return;
+    }
+    AbortFromCallback a;
+    a.peer = peer;
+    opt.callback = destroy_in_callback;
+    opt.user_data = &a;
+    taiji_request_t* req = nullptr;
+    if (failures.expect_status(rank, "post", taiji_allreduce(peer, "trigger", &v, &v, 1, TAIJI_I32, TAIJI_SUM, &opt,
+                                                             &req), TAIJI_OK)) {
+      failures.expect_status(rank, "trigger", taiji_request_wait(req, 20000), TAIJI_OK);
+      taiji_request_free(req);
+      failures.expect(rank, await_calls(a.log, 1, std::chrono::seconds(10)), "the callback did not return");
+      failures.expect_status(rank, "async error", taiji_peer_async_error(peer), TAIJI_ERR_ABORTED);
+    }
+    done.store(true);
+  }, options);
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
+
 TEST_CASE("errors: abort from a completion callback", "[errors]") {
   constexpr int n = 2;
   Failures failures;
