@@ -107,7 +107,10 @@ class Launcher {
              const std::map<std::string, std::string>& vars);
   void pump(Stream& s, int rank, bool final_drain);
   void reap();
-  void stop(int sig);
+  // Sends sig to every rank's process group (from_terminal: not to a rank that shares
+  // ours, which the terminal signalled itself), then SIGKILL after the grace period.
+  void stop(int sig, bool from_terminal = false);
+  void notify(int sig);
   // Whatever the ranks started that is still running once they have all exited.
   void kill_leftovers();
   int running_count() const;
@@ -131,16 +134,23 @@ int Launcher::running_count() const {
 // A rank's whole process group, so that a shell wrapper's children stop with it; also the
 // group of a rank that has exited already, whose children may live on. (An exited rank
 // stays a zombie until the end, see reap(), so its group id cannot pass to another.)
-void Launcher::stop(int sig) {
+void Launcher::stop(int sig, bool from_terminal) {
   stopping_ = true;
   for (auto& c : children_) {
     if (c.own_group) {
       kill(-c.pid, sig);
-    } else if (c.running) {
+    } else if (c.running && !from_terminal) {
       kill(c.pid, sig);
     }
   }
   if (sig != SIGKILL && !kill_at_) kill_at_ = Clock::now() + kKillGrace;
+}
+
+// Only the ranks themselves: a shell wrapper would die of a signal it does not handle.
+void Launcher::notify(int sig) {
+  for (auto& c : children_) {
+    if (c.running) kill(c.pid, sig);
+  }
 }
 
 void Launcher::kill_leftovers() {
@@ -332,7 +342,7 @@ int Launcher::run() {
   // (nohup) stays ignored, for the ranks too.
   sigset_t handled;
   sigemptyset(&handled);
-  for (int s : {SIGCHLD, SIGINT, SIGTERM}) sigaddset(&handled, s);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&handled, s);
   if (signal(SIGHUP, SIG_DFL) != SIG_IGN) sigaddset(&handled, SIGHUP);
   else signal(SIGHUP, SIG_IGN);
   sigprocmask(SIG_BLOCK, &handled, nullptr);
@@ -443,16 +453,22 @@ int Launcher::run() {
     while (read(sig_fd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
       int sig = static_cast<int>(si.ssi_signo);
       if (sig == SIGCHLD) continue;
-      std::string name = sig == SIGINT    ? "SIGINT"
-                         : sig == SIGTERM ? "SIGTERM"
-                                          : "SIGHUP";
-      if (stopping_) {
+      const char* abbrev = sigabbrev_np(sig);
+      std::string name = std::string("SIG") + (abbrev != nullptr ? abbrev : "?");
+      if (sig == SIGUSR1 || sig == SIGUSR2) {
+        // The ranks' to act on (a scheduler's warning before preemption, say); the job
+        // goes on unless they end.
+        say("received " + name + "; forwarding it to " + others(running_count()));
+        notify(sig);
+      } else if (stopping_) {
         say("received " + name + " while stopping; killing " + others(running_count()));
         stop(SIGKILL);
       } else {
         say("received " + name + "; forwarding it to " + others(running_count()));
         exit_code_ = 128 + sig;
-        stop(sig);
+        // A rank in our own process group got a key press's signal from the terminal
+        // already: a second one would read as a second Ctrl-C (force quit, to some).
+        stop(sig, si.ssi_code == SI_KERNEL);
       }
     }
     reap();

@@ -175,6 +175,30 @@ ranks_gone 5 || fail "SIGTERM: rank processes still alive"
 ok "SIGTERM to taiji-run stops the ranks and exits 143"
 
 start_bg
+kill -QUIT "$LAUNCHER"
+wait_bounded "$LAUNCHER" 10
+[ "$RC" = 131 ] || fail "SIGQUIT: exit code $RC, expected 131"
+ranks_gone 5 || fail "SIGQUIT: rank processes still alive"
+# Not merely killed by it (the ranks would die with it, but not what they started).
+grep -q 'received SIGQUIT; forwarding' "$TMP/err" || fail "SIGQUIT: not handled"
+ok "SIGQUIT to taiji-run stops the ranks and exits 131"
+
+# SIGUSR1 is the ranks' to handle: here each says so and exits 3, which ends the job.
+"$RUN" -np 2 --no-tag sh -c 'trap "echo usr1; exit 3" USR1; echo $$ >>"$0"; sleep 30 & wait' "$TMP/pids" \
+  >"$TMP/out" 2>"$TMP/err" </dev/null &
+LAUNCHER=$!
+for ((i = 0; i < 600; i++)); do
+  [ -f "$TMP/pids" ] && [ "$(wc -l <"$TMP/pids")" -ge 2 ] && break
+  sleep 0.1
+done
+kill -USR1 "$LAUNCHER"
+wait_bounded "$LAUNCHER" 10
+[ "$RC" = 3 ] || fail "SIGUSR1: exit code $RC, expected 3 (the ranks' own)"
+[ "$(grep -c '^usr1$' "$TMP/out")" -ge 1 ] || fail "SIGUSR1: no rank saw it"
+grep -q 'received SIGUSR1; forwarding' "$TMP/err" || fail "SIGUSR1: not reported"
+ok "SIGUSR1 to taiji-run reaches the ranks, which decide"
+
+start_bg
 kill -KILL "$LAUNCHER"
 wait_bounded "$LAUNCHER" 10
 ranks_gone 5 || fail "SIGKILL: rank processes outlived taiji-run"
