@@ -716,6 +716,19 @@ void OpEngine::tick() {
     }
   }
   if (!first_timeout.is_ok() && on_timeout_) on_timeout_(first_timeout);
+  discard_past_early();
+}
+
+void OpEngine::discard_past_early() {
+  // Frames for a version this peer will never post (another peer's op that failed here
+  // first, a fusion group of a round that failed only here): once a later version of the
+  // name has ended, nothing can claim them, and their bytes would count against the
+  // early-arrival cap for good, until reads from their sender paused for ever.
+  std::vector<Key> past;
+  for (const auto& [key, early] : early_) {
+    if (names_->is_past(key.first, key.second)) past.push_back(key);
+  }
+  for (const Key& key : past) discard_early(key);
 }
 
 }  // namespace taiji

@@ -124,6 +124,7 @@ class OpEngine final : public ReceiveHandler {
   void fail(Active& op, const Status& why);
   void maybe_finish(Active& op);
   void release_early_bytes(uint64_t bytes);
+  void discard_past_early();
   Status describe_timeout(const Active& op) const;
   // The stall watchdog: ask, answer, and report once every answer is in.
   void ask_stalled(Active& op);

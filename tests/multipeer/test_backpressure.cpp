@@ -143,3 +143,53 @@ TEST_CASE("backpressure: an early frame larger than the cap is read whole before
   failures.add_all(lines);
   check_no_failures(failures);
 }
+
+TEST_CASE("backpressure: frames of a version this peer never posts are dropped once the name moves on",
+          "[backpressure]") {
+  // Rank 1 posts version 2k+1 of "x" (16 KiB, eager) that rank 0 never posts, then
+  // version 2k+2 that both post. Rank 0 holds the orphan's frames as early arrivals until
+  // version 2k+2 ends there; kept for good, 20 of them would fill its 128 KiB and pause
+  // reads from rank 1 for ever, and the later versions would time out.
+  ScopedEnv cap("TAIJI_UNEXPECTED_BYTES", "128K");
+  constexpr int kRounds = 20;
+  constexpr size_t kCount = 4096;
+  Failures failures;
+  auto lines = run_peers(2, [&](taiji_peer_t* peer, int rank) {
+    std::vector<std::vector<int32_t>> orphans(kRounds, std::vector<int32_t>(kCount, 1));
+    std::vector<taiji_request_t*> orphan_reqs;
+    std::vector<int32_t> buf(kCount);
+    for (int k = 0; k < kRounds; ++k) {
+      if (rank == 1) {
+        taiji_op_options_t orphan_opt = op_options(2000);
+        orphan_opt.version = static_cast<uint64_t>(2 * k + 1);
+        taiji_request_t* r = nullptr;
+        if (failures.expect_status(rank, "post orphan", taiji_allreduce(peer, "x", orphans[k].data(),
+                                                                        orphans[k].data(), kCount, TAIJI_I32,
+                                                                        TAIJI_SUM, &orphan_opt, &r),
+                                   TAIJI_OK)) {
+          orphan_reqs.push_back(r);
+        }
+      }
+      taiji_op_options_t opt = op_options(10000);
+      opt.version = static_cast<uint64_t>(2 * k + 2);
+      std::fill(buf.begin(), buf.end(), rank + 1);
+      if (!failures.expect_status(rank, "x v" + std::to_string(2 * k + 2),
+                                  taiji_allreduce(peer, "x", buf.data(), buf.data(), kCount, TAIJI_I32, TAIJI_SUM,
+                                                  &opt, nullptr),
+                                  TAIJI_OK)) {
+        break;
+      }
+      failures.expect(rank, buf[0] == 3 && buf[kCount - 1] == 3, "x: wrong sum");
+      // The engine's tick (every 20 ms) drops what can no longer match.
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    for (taiji_request_t* r : orphan_reqs) {
+      // Its deadline, or rank 0's finalize first.
+      const taiji_status_t s = taiji_request_wait(r, 20000);
+      failures.expect(rank, s == TAIJI_ERR_TIMEOUT || s == TAIJI_ERR_PEER_LOST, "orphan: " + status_text(s));
+      taiji_request_free(r);
+    }
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
