@@ -29,6 +29,14 @@ void NameTable::release(const std::string& name, uint64_t version) {
   e.ended_max = std::max(e.ended_max, version);
 }
 
+void NameTable::unreserve(const std::string& name, uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = names_[name];
+  e.in_flight.erase(version);
+  // Every version posted is in flight or at most ended_max: the highest of the others.
+  e.last_posted = std::max(e.ended_max, e.in_flight.empty() ? 0 : *e.in_flight.rbegin());
+}
+
 bool NameTable::is_past(const std::string& name, uint64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = names_.find(name);

@@ -21,6 +21,9 @@ class NameTable {
   Result<uint64_t> reserve(const std::string& name, uint64_t version);
   // The op ended, successfully or not.
   void release(const std::string& name, uint64_t version);
+  // The post failed before the op was handed over: as if it had never been reserved, so
+  // that a retry gets the same version (the other peers' n-th call is version n).
+  void unreserve(const std::string& name, uint64_t version);
   // A message for (name, version) concerns an op that ended here and is not in flight.
   bool is_past(const std::string& name, uint64_t version) const;
   // This peer has posted (name, version): it is in flight or ended (or was skipped over).

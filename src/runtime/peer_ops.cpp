@@ -146,8 +146,8 @@ Status Peer::queue(const std::shared_ptr<PostedOp>& op, std::function<void()> ta
     if (held == PostGroups::Hold::Held) return {};
     if (held == PostGroups::Hold::NotHeld && run_on_loop(std::move(post.task))) return {};
   } catch (const std::bad_alloc&) {
-    // Neither held nor handed over: the name comes free for a retry.
-    names_.release(op->name, op->version);
+    // Neither held nor handed over: the name comes free for a retry, at the same version.
+    names_.unreserve(op->name, op->version);
     throw;
   }
   names_.release(op->name, op->version);
