@@ -59,7 +59,9 @@ bool Fusion::offer(PostedOp& op) {
               static_cast<uint8_t>(s.redop), {}};
   if (w->entry.inline_data()) std::memcpy(w->entry.data.data(), s.send, w->entry.bytes());
   Key key{w->entry.hash, w->entry.version};
-  // Two names with one hash: the same on every rank, so every rank runs it unfused.
+  // Two names with one hash (and version) waiting here at once: the second runs unfused.
+  // Ranks that post the two in different orders would each fuse the other one and agree
+  // on the entry; with a 64-bit hash of the name that takes ~2^32 distinct names to hit.
   if (waiting_.count(key) != 0) return false;
   w->deadline_ms = op.posted_ns / 1000000 + op.timeout_ms;
   w->op = std::move(op);
