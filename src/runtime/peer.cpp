@@ -420,6 +420,8 @@ void Peer::begin_close(CloseMode mode) {
 
 void Peer::on_tick() {
   engine_->tick();
+  // A credit from a rank this one does not read now is never delivered.
+  shm_->retry_waiting();
   if (fusion_) fusion_->tick();
   metrics_->sample_links(monotonic_ns());
   if (finalizing_ && (ops_idle() || uv_now(&loop_) >= close_deadline_)) {

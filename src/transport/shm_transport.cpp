@@ -125,7 +125,7 @@ void ShmTransport::to_tcp(int dst, OutMessage msg) {
   inner_->send(dst, std::move(msg));
 }
 
-void ShmTransport::on_credit(int dst) {
+void ShmTransport::send_waiting(int dst) {
   Link& link = links_[dst];
   while (!link.waiting.empty()) {
     OutMessage& msg = link.waiting.front();
@@ -191,7 +191,14 @@ void ShmTransport::set_polling(bool on) {
   }
 }
 
+void ShmTransport::retry_waiting() {
+  for (int r = 0; r < opt_.size; ++r) {
+    if (links_[r].out_active && !links_[r].waiting.empty()) send_waiting(r);
+  }
+}
+
 void ShmTransport::poll() {
+  retry_waiting();
   for (int r = 0; r < opt_.size; ++r) {
     const Link& link = links_[r];
     if (link.in == nullptr || link.down || link.paused) continue;
@@ -376,7 +383,7 @@ void ShmTransport::on_offer(int src, const std::string&) {
 void ShmTransport::on_reply(int src, const FrameHeader& h) {
   Link& link = links_[src];
   if (h.chunk == kCredit) {
-    if (link.out_active) on_credit(src);
+    if (link.out_active) send_waiting(src);
     return;
   }
   if (h.chunk == 1) {

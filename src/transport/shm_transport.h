@@ -8,8 +8,11 @@
 // Data frame, copies the bytes straight into the op's target and returns the ring space.
 // When the ring is full, frames to that rank wait, in order, until the receiver frees room
 // and wakes the sender with a ShmReply "credit" frame (sent only when asked for, through a
-// flag in the ring). A payload larger than the ring never fits (a payload never wraps): it
-// goes over TCP in the same ordered stream.
+// flag in the ring). The credit travels in the stream from the receiver, which this rank
+// may have stopped reading (early-arrival backpressure); so waiting frames are also
+// retried on every poll and on the loop's tick, reading the freed room from the ring. A
+// payload larger than the ring never fits (a payload never wraps): it goes over TCP in the
+// same ordered stream.
 //
 // Cost: one user copy on each side instead of two kernel copies and a syscall per socket
 // buffer. The receiver's copy goes
@@ -73,8 +76,11 @@ class ShmTransport final : public Transport, public ReceiveHandler {
   // The I/O thread starts or stops polling: while on, senders ring no doorbell. After
   // turning it off, call poll() once more (a record may have come in between).
   void set_polling(bool on);
-  // Delivers the mail that may be delivered now.
+  // Delivers the mail that may be delivered now, after retry_waiting().
   void poll();
+  // Sends what the rings have room for now of the frames waiting for room. Call on the
+  // I/O thread's tick too: the loop may not poll.
+  void retry_waiting();
   // Frames delivered from mailboxes so far: a sign of traffic for a polling loop.
   uint64_t mail_delivered() const { return mail_delivered_; }
 
@@ -132,7 +138,8 @@ class ShmTransport final : public Transport, public ReceiveHandler {
   Status dispatch_accept(int src, const FrameHeader& h, const std::string& name,
                          const uint8_t* in_memory, uint8_t** target);
   void dispatch_done(int src, const FrameHeader& h, const std::string& name);
-  void on_credit(int dst);
+  // Sends dst's waiting frames, in order, as far as the ring has room.
+  void send_waiting(int dst);
   // Hands every waiting frame to TCP (in order), e.g. before a Bye or after a link is gone.
   void flush_waiting(int dst);
 

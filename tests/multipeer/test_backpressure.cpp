@@ -193,3 +193,74 @@ TEST_CASE("backpressure: frames of a version this peer never posts are dropped o
   failures.add_all(lines);
   check_no_failures(failures);
 }
+
+TEST_CASE("backpressure: a root paused on its receiver still sends through a full ring",
+          "[backpressure]") {
+  // Rank 1's Ready for bp.root and then its eager data reach rank 0 first; the data goes
+  // past the cap, so rank 0 stops reading rank 1. Rank 0 then broadcasts 1 MiB as root,
+  // waiting for it before posting anything that would free early bytes. On one host its
+  // 64 chunks overflow the 64 KiB ring, so most wait for rank 1 to free room, which rank 1
+  // announces in the stream rank 0 is not reading. Over TCP the writes never depended on
+  // reading; through shared memory they must not either.
+  ScopedEnv cap("TAIJI_UNEXPECTED_BYTES", "128K");
+  ScopedEnv chunk("TAIJI_CHUNK_BYTES", "16K");
+  ScopedEnv ring("TAIJI_SHM_RING_BYTES", "64K");
+  const char* shm = GENERATE("off", "auto");
+  CAPTURE(shm);
+  ScopedEnv transport("TAIJI_SHM", shm);
+  constexpr int kOps = 200;
+  constexpr size_t kSmall = 4096;
+  constexpr size_t kBig = (1 << 20) / sizeof(int32_t);
+  Failures failures;
+  auto lines = run_peers(2, [&](taiji_peer_t* peer, int rank) {
+    std::vector<int32_t> big(kBig, 0);
+    if (rank == 0) {
+      for (size_t j = 0; j < kBig; ++j) big[j] = static_cast<int32_t>(j * 3 + 1);
+    }
+    std::vector<std::vector<int32_t>> bufs(kOps, std::vector<int32_t>(kSmall));
+    std::vector<taiji_request_t*> reqs(kOps, nullptr);
+    taiji_request_t* big_req = nullptr;
+    taiji_op_options_t opt = TAIJI_OP_OPTIONS_INIT;
+    opt.timeout_ms = 5000;
+    if (rank == 0) {
+      failures.expect(rank, await_read_pause(peer, 1), "reads from rank 1 never paused");
+      failures.expect_status(rank, "broadcast as root",
+                             taiji_broadcast(peer, "bp.root", big.data(), kBig, TAIJI_I32, 0, &opt, nullptr),
+                             TAIJI_OK);
+    } else {
+      failures.expect_status(rank, "post broadcast",
+                             taiji_broadcast(peer, "bp.root", big.data(), kBig, TAIJI_I32, 0, &opt, &big_req),
+                             TAIJI_OK);
+    }
+    for (int i = 0; i < kOps; ++i) {
+      for (size_t j = 0; j < kSmall; ++j) bufs[i][j] = static_cast<int32_t>(i * 7 + j + rank);
+      std::string name = "bp.small/" + std::to_string(i);
+      failures.expect_status(rank, "post " + name,
+                             taiji_allreduce(peer, name.c_str(), bufs[i].data(), bufs[i].data(), kSmall,
+                                             TAIJI_I32, TAIJI_SUM, &opt, &reqs[i]),
+                             TAIJI_OK);
+    }
+    if (big_req != nullptr) {
+      failures.expect_status(rank, "broadcast", taiji_request_wait(big_req, 10000), TAIJI_OK);
+      taiji_request_free(big_req);
+    }
+    for (size_t j = 0; j < kBig; ++j) {
+      if (big[j] != static_cast<int32_t>(j * 3 + 1)) {
+        failures.add(rank, "broadcast element " + std::to_string(j) + " is " + std::to_string(big[j]));
+        break;
+      }
+    }
+    for (int i = 0; i < kOps; ++i) {
+      if (reqs[i] == nullptr) continue;
+      taiji_status_t s = taiji_request_wait(reqs[i], 10000);
+      taiji_request_free(reqs[i]);
+      if (!failures.expect_status(rank, "op " + std::to_string(i), s, TAIJI_OK)) continue;
+      const int32_t want = static_cast<int32_t>(2 * (i * 7) + 1);
+      if (bufs[i][0] != want) {
+        failures.add(rank, "op " + std::to_string(i) + " element 0 is " + std::to_string(bufs[i][0]));
+      }
+    }
+  });
+  failures.add_all(lines);
+  check_no_failures(failures);
+}
