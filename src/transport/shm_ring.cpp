@@ -298,10 +298,13 @@ bool ShmProducer::reader_polls() const {
   return seg_.reader_polling().load(std::memory_order_seq_cst) != 0;
 }
 
-Status ShmConsumer::peek(ShmRecord* rec) {
-  *rec = {};
+uint64_t ShmConsumer::mail_end() const {
   // Sequentially consistent: see set_polling.
-  const uint64_t tail = seg_.mail_tail().load(std::memory_order_seq_cst);
+  return seg_.mail_tail().load(std::memory_order_seq_cst);
+}
+
+Status ShmConsumer::peek(ShmRecord* rec, uint64_t tail) {
+  *rec = {};
   for (;;) {
     if (tail == mail_head_) return {};
     if (tail < mail_head_ || tail - mail_head_ > kShmMailboxBytes || tail % kShmRecordAlign != 0) {

@@ -156,9 +156,12 @@ class ShmConsumer {
   // producer asked to be told (it is waiting for room).
   bool release(const ShmDescriptor& d);
 
-  // The oldest unread mailbox record, or rec->frame == nullptr when there is none. An
-  // error names what is malformed; the mailbox is then unusable.
-  Status peek(ShmRecord* rec);
+  // The writer's end of the mailbox now. A reader that reads only up to it is not kept
+  // reading by a writer that goes on posting.
+  uint64_t mail_end() const;
+  // The oldest unread mailbox record before `end` (a mail_end()), or rec->frame == nullptr
+  // when there is none. An error names what is malformed; the mailbox is then unusable.
+  Status peek(ShmRecord* rec, uint64_t end);
   // Hands the record peek returned back to the writer.
   void pop();
   // Whether the writer has published anything not yet popped.

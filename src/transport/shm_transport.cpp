@@ -220,10 +220,20 @@ Status ShmTransport::deliver_mail(int src, bool any_time) {
     bool* flag;
     ~Done() { *flag = false; }
   } done{&link.delivering};
+  // Only what was published before this pass: a writer that keeps posting must not hold
+  // the I/O thread here, away from its timers (op deadlines) and other peers, nor, with
+  // `any_time` while paused, keep adding early arrivals past the cap. A TCP frame's mail
+  // was published before that frame was sent, so it is all below this end.
+  const uint64_t end = link.in->mail_end();
   while (!link.down && (any_time || !link.paused)) {
     ShmRecord rec;
-    if (Status s = link.in->peek(&rec); !s.is_ok()) return protocol(src, s.message());
-    if (rec.frame == nullptr || rec.tcp_before > link.tcp_done) return {};
+    if (Status s = link.in->peek(&rec, end); !s.is_ok()) return protocol(src, s.message());
+    if (rec.frame == nullptr) {
+      // More came in meanwhile; it has no doorbell coming if it was posted while we polled.
+      if (!link.paused && link.in->has_mail() && opt_.request_poll) opt_.request_poll();
+      return {};
+    }
+    if (rec.tcp_before > link.tcp_done) return {};
     if (rec.tcp_before < link.tcp_done) {
       return protocol(src, "mailbox frame after " + std::to_string(rec.tcp_before) +
                                " TCP frames arrived after " + std::to_string(link.tcp_done));

@@ -127,8 +127,11 @@ class ShmTransport final : public Transport, public ReceiveHandler {
   // Sends a frame through the mailbox if it fits, else over TCP.
   void emit(int dst, OutMessage msg);
   void to_tcp(int dst, OutMessage msg);
-  // Delivers dst's records that may come before the next TCP frame from it; with
-  // `any_time`, even while paused (the next TCP frame is being taken: order first).
+  // Delivers dst's records that may come before the next TCP frame from it, of those
+  // published when it starts (at most one mailbox); with `any_time`, even while paused
+  // (the next TCP frame is being taken: order first). From a rank that keeps to the
+  // protocol, that takes at most a mailbox of frames and a ring of payloads past the
+  // early-arrival cap.
   Status deliver_mail(int src, bool any_time);
   Status deliver_record(int src, const ShmRecord& rec);
   // Gives the handler a frame whose payload lies in shared memory, copied to where it

@@ -404,7 +404,7 @@ TEST_CASE("shm mailbox carries frames in order through many laps", "[shm]") {
   uint64_t sent = 0, received = 0;
   auto take_one = [&] {
     ShmRecord rec;
-    REQUIRE(p.consumer->peek(&rec).is_ok());
+    REQUIRE(p.consumer->peek(&rec, p.consumer->mail_end()).is_ok());
     REQUIRE(!in_flight.empty());
     check_record(rec, in_flight.front().first, in_flight.front().second);
     p.consumer->pop();
@@ -422,7 +422,7 @@ TEST_CASE("shm mailbox carries frames in order through many laps", "[shm]") {
   }
   while (!in_flight.empty()) take_one();
   ShmRecord none;
-  REQUIRE(p.consumer->peek(&none).is_ok());
+  REQUIRE(p.consumer->peek(&none, p.consumer->mail_end()).is_ok());
   CHECK(none.frame == nullptr);
   CHECK_FALSE(p.consumer->has_mail());
   CHECK(received == sent);
@@ -442,7 +442,7 @@ TEST_CASE("shm mailbox refuses a record that does not fit, and takes it after a 
   CHECK_FALSE(post(*p.producer, 0, mail_frame(0, 3)));
   CHECK(p.producer->segment().mail_tail().load() == tail);  // nothing written
   ShmRecord rec;
-  REQUIRE(p.consumer->peek(&rec).is_ok());
+  REQUIRE(p.consumer->peek(&rec, p.consumer->mail_end()).is_ok());
   check_record(rec, 0, full);
   p.consumer->pop();
   CHECK(post(*p.producer, 5, big));
@@ -489,7 +489,7 @@ TEST_CASE("shm mailbox reader refuses every malformed record", "[shm]") {
       Pair p = make_pair();
       f.write(p.producer->segment());
       ShmRecord rec;
-      Status s = p.consumer->peek(&rec);
+      Status s = p.consumer->peek(&rec, p.consumer->mail_end());
       CHECK(s.code() == Code::Protocol);
       CHECK_THAT(s.message(), Catch::Contains(f.says));
       CHECK(rec.frame == nullptr);
@@ -502,7 +502,7 @@ TEST_CASE("shm mailbox reader refuses every malformed record", "[shm]") {
     for (int i = 0; i < 7; ++i) REQUIRE(post(*p.producer, 0, f));
     for (int i = 0; i < 7; ++i) {
       ShmRecord rec;
-      REQUIRE(p.consumer->peek(&rec).is_ok());
+      REQUIRE(p.consumer->peek(&rec, p.consumer->mail_end()).is_ok());
       p.consumer->pop();
     }
     ShmSegment& seg = p.producer->segment();
@@ -514,10 +514,10 @@ TEST_CASE("shm mailbox reader refuses every malformed record", "[shm]") {
     put_record(seg.mailbox() + 7 * kShmMaxRecord, static_cast<uint32_t>(pad), 0, 0);
     std::memcpy(seg.mailbox() + 7 * kShmMaxRecord + kShmRecordHeader, f.header, kHeaderSize);
     ShmRecord rec;
-    REQUIRE(p.consumer->peek(&rec).is_ok());
+    REQUIRE(p.consumer->peek(&rec, p.consumer->mail_end()).is_ok());
     REQUIRE(rec.frame != nullptr);
     p.consumer->pop();
-    Status s = p.consumer->peek(&rec);
+    Status s = p.consumer->peek(&rec, p.consumer->mail_end());
     CHECK(s.code() == Code::Protocol);
     CHECK_THAT(s.message(), Catch::Contains("128 bytes"));
   }

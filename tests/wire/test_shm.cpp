@@ -7,10 +7,13 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_member.h"
@@ -174,6 +177,50 @@ TEST_CASE("shm: rank 0 takes mail from rank 1 only in its place in the TCP strea
   CHECK(ring.segment().mail_head().load() == ring.segment().mail_tail().load());
   CHECK(job.victim->async_error().is_ok());
   CHECK(log.take().empty());
+}
+
+TEST_CASE("shm: rank 1 flooding its mailbox does not keep rank 0 from its deadlines", "[shm]") {
+  LogCapture log;
+  Job job;
+  std::unique_ptr<ShmProducer> rank1_ring;
+  std::string error = start_with_ring("wire-shm-flood", &job, true, &rank1_ring);  // TCP frame 1
+  INFO(error);
+  REQUIRE(error.empty());
+  ShmProducer& ring = *rank1_ring;
+  std::array<float, 2> out{};
+  PostArgs a;
+  a.name = kOp;
+  a.send = kMine.data();
+  a.recv = out.data();
+  a.count = out.size();
+  a.dtype = DType::F32;
+  a.redop = RedOp::Sum;
+  a.timeout_ms = 300;
+  auto posted = job.victim->post(std::move(a));
+  REQUIRE(posted.is_ok());
+  Frame ready;
+  REQUIRE(job.fake.await(MsgType::Ready, kOp, posted.value()->version(), after_ms(kBoundMs), &ready)
+              .is_ok());
+  // Answers cost rank 0 nothing and never pause its reads: only the length of each mailbox
+  // pass bounds what it delivers. Rank 1 never sends its data, so the op must time out.
+  FrameHeader answer = ready.header;
+  answer.type = MsgType::Answer;
+  answer.src_rank = 1;
+  answer.chunk = 0;
+  REQUIRE(mail(ring, 2, answer, kOp, {}));
+  job.fake.send(bell());  // frame 2: the mail after it is due now
+  std::thread flood([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (std::chrono::steady_clock::now() < until) {
+      if (!mail(ring, 2, answer, kOp, {})) std::this_thread::yield();
+    }
+  });
+  Status s;
+  const bool ended = posted.value()->wait_for(1500, &s);
+  flood.join();
+  CHECK(ended);
+  INFO(s.message());
+  CHECK(s.code() == Code::Timeout);
 }
 
 TEST_CASE("shm: rank 0 takes a payload from the ring rank 1 offered", "[shm]") {
