@@ -35,6 +35,8 @@ constexpr uint64_t kDefaultFusionMaxOpBytes = 64 * kKiB;
 constexpr uint64_t kDefaultFusionBufferBytes = 4 * kKiB * kKiB;
 constexpr uint64_t kDefaultUnexpectedBytes = 64 * kMiB;
 constexpr uint64_t kDefaultMaxPayload = 64 * kMiB;
+// libuv takes each buffer's length as 32 bits; a larger payload would be cut on the wire.
+constexpr uint64_t kMaxPayloadLimit = 4 * kMiB * kKiB - 1;
 constexpr uint32_t kDefaultMaxNameLen = 256;
 constexpr int64_t kDefaultHandshakeTimeoutMs = 10000;
 constexpr int64_t kDefaultMaxPending = 64;
@@ -630,6 +632,11 @@ Result<Config> resolve_config(Config c, const EnvLookup& env) {
   if (c.chunk_bytes < kMinChunkBytes) {
     return config_error("chunk size " + chunk_src + " is below the minimum " +
                         std::to_string(kMinChunkBytes) + " bytes");
+  }
+  if (c.max_payload > kMaxPayloadLimit) {
+    return config_error("max payload " + payload_src + " exceeds " +
+                        std::to_string(kMaxPayloadLimit) +
+                        " bytes (4 GiB - 1, the largest socket buffer libuv takes)");
   }
   if (c.chunk_bytes > c.max_payload) {
     return config_error("chunk size " + chunk_src + " exceeds the max payload " + payload_src);

@@ -27,6 +27,9 @@ constexpr size_t kHandshakeScratchBytes = 4 << 10;
 // Payload reads at least this large go straight into their destination.
 constexpr uint64_t kDirectReadMin = 4096;
 constexpr uint64_t kConnectRetryMs = 50;
+// The most one uv_buf_t carries: its length is 32 bits, and the kernel moves at most
+// 2 GiB per call anyway.
+constexpr size_t kMaxBufBytes = size_t{1} << 30;
 
 uint64_t now_ms(uv_loop_t* loop) { return uv_now(loop); }
 
@@ -64,18 +67,20 @@ struct TcpTransport::WriteReq {
   std::function<void(const Status&)> on_sent;
 
   size_t bytes() const { return kHeaderSize + name.size() + len; }
-  // The frame's non-empty pieces after its first `skip` bytes; returns how many (<= 3).
-  unsigned bufs(uv_buf_t* out, size_t skip) {
+  // Appends the frame's non-empty pieces after its first `skip` bytes. uv_buf_t holds a
+  // 32-bit length, so a piece longer than kMaxBufBytes is split, never cut short.
+  void bufs(std::vector<uv_buf_t>* out, size_t skip) {
     char* base[3] = {reinterpret_cast<char*>(header), name.data(),
                      const_cast<char*>(reinterpret_cast<const char*>(payload))};
     size_t size[3] = {kHeaderSize, name.size(), len};
-    unsigned n = 0;
     for (int i = 0; i < 3; ++i) {
       size_t cut = std::min(skip, size[i]);
       skip -= cut;
-      if (size[i] > cut) out[n++] = uv_buf_init(base[i] + cut, static_cast<unsigned>(size[i] - cut));
+      for (size_t at = cut; at < size[i]; at += kMaxBufBytes) {
+        const size_t piece = std::min(size[i] - at, kMaxBufBytes);
+        out->push_back(uv_buf_init(base[i] + at, static_cast<unsigned>(piece)));
+      }
     }
-    return n;
   }
 };
 
@@ -601,10 +606,10 @@ int TcpTransport::write_frames(Conn* c, WriteReq* const* ws, size_t n) {
   // kernel takes whole needs no write request, and libuv no POLLOUT round (two epoll_ctl
   // calls) to complete it.
   if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&idle_))) {
-    std::vector<uv_buf_t> bufs(3 * n);
-    unsigned nbufs = 0;
-    for (size_t i = 0; i < n; ++i) nbufs += ws[i]->bufs(bufs.data() + nbufs, 0);
-    int rc = write_now(c->stream(), bufs.data(), nbufs);
+    std::vector<uv_buf_t> bufs;
+    bufs.reserve(3 * n);
+    for (size_t i = 0; i < n; ++i) ws[i]->bufs(&bufs, 0);
+    int rc = write_now(c->stream(), bufs.data(), static_cast<unsigned>(bufs.size()));
     if (rc < 0 && rc != UV_EAGAIN) {
       fail_frames(ws, n, uv_error("write failed", rc));
       // The other side closed: its Bye, if it said one, and the end of the stream are still
@@ -626,14 +631,15 @@ int TcpTransport::write_frames(Conn* c, WriteReq* const* ws, size_t n) {
       if (cb) defer([cb] { cb({}); });
       continue;
     }
-    uv_buf_t rest[3];
-    unsigned nrest = w->bufs(rest, sent);
+    std::vector<uv_buf_t> rest;
+    w->bufs(&rest, sent);
+    const unsigned nrest = static_cast<unsigned>(rest.size());
     sent = 0;
     w->req.data = w;
     // libuv writes without MSG_NOSIGNAL, now or from the loop later (which then blocks
     // SIGPIPE while writes are queued, see Peer).
     block_sigpipe_here();
-    int rc = uv_write(&w->req, c->stream(), rest, nrest, [](uv_write_t* req, int status) {
+    int rc = uv_write(&w->req, c->stream(), rest.data(), nrest, [](uv_write_t* req, int status) {
       auto* wr = static_cast<WriteReq*>(req->data);
       wr->owner->queued_writes_--;
       if (wr->on_sent) {

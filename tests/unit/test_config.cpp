@@ -258,7 +258,7 @@ TEST_CASE("host_rendezvous resolution", "[config]") {
 
 TEST_CASE("byte sizes accept K, M and G suffixes", "[config]") {
   auto chunk = [](const std::string& v) {
-    return ok({{"TAIJI_CHUNK_BYTES", v}, {"TAIJI_MAX_PAYLOAD_BYTES", "8G"}}).chunk_bytes;
+    return ok({{"TAIJI_CHUNK_BYTES", v}, {"TAIJI_MAX_PAYLOAD_BYTES", "3G"}}).chunk_bytes;
   };
   CHECK(chunk("4096") == 4096);
   CHECK(chunk("8K") == 8 * 1024);
@@ -266,6 +266,7 @@ TEST_CASE("byte sizes accept K, M and G suffixes", "[config]") {
   CHECK(chunk("3M") == 3 * 1024 * 1024);
   CHECK(chunk("2G") == 2ull * 1024 * 1024 * 1024);
   CHECK(ok({{"TAIJI_MAX_PAYLOAD_BYTES", "1G"}}).max_payload == 1ull << 30);
+  CHECK(ok({{"TAIJI_MAX_PAYLOAD_BYTES", "4294967295"}}).max_payload == 4294967295ull);
   CHECK(ok({{"TAIJI_UNEXPECTED_BYTES", "100"}}).unexpected_bytes == 100);
   CHECK(ok({{"TAIJI_EAGER_BYTES", "0001K"}}).eager_bytes == 1024);
 }
@@ -324,6 +325,11 @@ TEST_CASE("every error names the variable and its value", "[config]") {
        "TAIJI_UNEXPECTED_BYTES='17179869184G' is out of range"},
       {{{"TAIJI_MAX_PAYLOAD_BYTES", "18446744073709551616"}},
        "TAIJI_MAX_PAYLOAD_BYTES='18446744073709551616' is out of range"},
+      // A payload's length must fit libuv's 32-bit buffer length.
+      {{{"TAIJI_MAX_PAYLOAD_BYTES", "4G"}},
+       "max payload TAIJI_MAX_PAYLOAD_BYTES='4G' exceeds 4294967295 bytes"},
+      {{{"TAIJI_CHUNK_BYTES", "5G"}, {"TAIJI_MAX_PAYLOAD_BYTES", "8G"}},
+       "TAIJI_MAX_PAYLOAD_BYTES='8G' exceeds 4294967295 bytes"},
       {{{"TAIJI_MAX_NAME_LEN", "65536"}}, "TAIJI_MAX_NAME_LEN='65536' is out of range"},
       {{{"TAIJI_MAX_NAME_LEN", "1K"}}, "TAIJI_MAX_NAME_LEN='1K'"},
       {{{"TAIJI_MAX_NAME_LEN", "3"}}, "TAIJI_MAX_NAME_LEN='3'"},  // shorter than "taiji"
@@ -367,6 +373,8 @@ TEST_CASE("invalid explicit values are rejected", "[config]") {
   CHECK(contains(err([](Config& c) { c.timeout_ms = -1; }), "timeout_ms=-1"));
   CHECK(contains(err([](Config& c) { c.init_timeout_ms = -1; }), "init_timeout_ms=-1"));
   CHECK(contains(err([](Config& c) { c.chunk_bytes = 4095; }), "chunk_bytes=4095"));
+  CHECK(contains(err([](Config& c) { c.max_payload = 1ull << 32; }),
+                 "max payload max_payload=4294967296 exceeds 4294967295 bytes"));
   CHECK(contains(err([](Config& c) {
                    c.eager_bytes = 1;
                    c.max_payload = 8192;
