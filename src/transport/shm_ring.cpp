@@ -219,7 +219,7 @@ bool ShmProducer::push(const uint8_t* src, uint64_t len, ShmDescriptor* out) {
   // The consumer finished reading everything before `consumed` before it published it.
   // Sequentially consistent with the credit flag: see push_or_ask.
   const uint64_t consumed = seg_.consumed().load(std::memory_order_seq_cst);
-  // A consumer that claims more than was produced is broken; stop using the ring for it.
+  // A consumer that claims more than was produced is broken (see check_consumer).
   if (consumed > next_) return false;
   const bool empty = consumed == next_;
   const uint64_t pos = empty ? shm_lap_start(next_, cap) : shm_place(next_, len, cap);
@@ -230,6 +230,13 @@ bool ShmProducer::push(const uint8_t* src, uint64_t len, ShmDescriptor* out) {
   next_ = pos + len;
   *out = {pos, len};
   return true;
+}
+
+Status ShmProducer::check_consumer() const {
+  const uint64_t consumed = seg_.consumed().load(std::memory_order_acquire);
+  if (consumed <= next_) return {};
+  return {Code::Protocol, "shared-memory ring consumed to position " + std::to_string(consumed) +
+                              ", past the " + std::to_string(next_) + " bytes produced"};
 }
 
 bool ShmProducer::push_or_ask(const uint8_t* src, uint64_t len, ShmDescriptor* out) {

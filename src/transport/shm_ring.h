@@ -127,6 +127,9 @@ class ShmProducer {
   // Payloads up to this size always fit once the consumer caught up (they start over at
   // the ring's first byte), so waiting for room is safe; larger ones never fit.
   uint64_t max_waiting_payload() const { return seg_.capacity(); }
+  // An error when the consumer claims to have consumed more than was produced: it is
+  // broken, and no push succeeds again.
+  Status check_consumer() const;
 
   // Appends one mailbox record holding a frame (its encoded header, name and payload);
   // false, with nothing written, when it does not fit now.

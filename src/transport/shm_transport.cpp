@@ -84,6 +84,12 @@ bool ShmTransport::try_send(int dst, OutMessage& msg) {
       msg.payload_len = 0;
       if (opt_.link_counters != nullptr) opt_.link_counters[dst].add_shm_sent(len);
       link.ring_frames++;
+    } else if (Status s = link.out->check_consumer(); !s.is_ok()) {
+      // No room will ever come: this and later frames go over TCP, in order, and the link
+      // closes with the error (from the loop: a drop reaches link_down, which takes
+      // `waiting` apart, and this may run on its front).
+      link.out_active = false;
+      inner_->defer([this, dst, why = protocol(dst, s.message())] { inner_->drop(dst, why); });
     } else if (may_wait) {
       return false;
     } else {

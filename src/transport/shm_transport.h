@@ -32,8 +32,9 @@
 // length against the frame's, their type (only op and ring frames), their rank.
 //
 // A lost peer is noticed through its TCP link, exactly as without shared memory. Ring
-// positions and lengths from a peer are checked like every other frame field: a bad one
-// closes the link with a Protocol error.
+// positions and lengths from a peer are checked like every other frame field, and so is
+// the position a receiver says it consumed: a bad one closes the link with a Protocol
+// error.
 #pragma once
 
 #include <deque>

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,7 +27,14 @@ struct FakeTcp : Transport {
   void drop(int, const Status& why) override { drops.push_back(why); }
   void shutdown(std::function<void()> on_closed) override { on_closed(); }
   void close_now(std::function<void()> on_closed) override { on_closed(); }
-  void defer(std::function<void()> fn) override { fn(); }
+  void defer(std::function<void()> fn) override { deferred.push_back(std::move(fn)); }
+  std::vector<std::function<void()>> deferred;
+  // What the loop would run next.
+  void run_deferred() {
+    auto fns = std::move(deferred);
+    deferred.clear();
+    for (auto& fn : fns) fn();
+  }
 };
 
 // The engine above: takes every frame, and calls on_frame after each.
@@ -60,8 +68,7 @@ struct Pair {
   int polls_requested = 0;
   std::unique_ptr<ShmTransport> shm;
   std::unique_ptr<ShmProducer> rank1_out;  // rank 1's ring to rank 0
-  std::unique_ptr<ShmConsumer> rank1_in;   // rank 0's ring to rank 1, as rank 1 maps it
-  ShmSegment* rank0_ring = nullptr;        // the same, as rank 1 sees its header
+  ShmSegment rank0_ring;                   // rank 0's ring to rank 1, as rank 1 maps it
 
   Pair() {
     ShmOptions o;
@@ -76,7 +83,7 @@ struct Pair {
     REQUIRE(tcp.sent[0].header.type == MsgType::ShmOffer);
     auto theirs = ShmSegment::open(decode_offer(tcp.sent[0].owned.data()));
     REQUIRE(theirs.is_ok());
-    rank1_in = std::make_unique<ShmConsumer>(std::move(theirs.value()));
+    rank0_ring = std::move(theirs.value());
     auto ours = ShmSegment::create(kShmMinRingBytes);
     REQUIRE(ours.is_ok());
     std::vector<uint8_t> offer(kShmOfferBytes);
@@ -131,4 +138,29 @@ TEST_CASE("shm transport: one poll delivers only the mail published before it", 
   CHECK(p.engine.frames == 2);
   CHECK(p.polls_requested == 2);
   CHECK(p.tcp.drops.empty());
+}
+
+TEST_CASE("shm transport: a rank claiming more of the ring than was sent loses its link", "[shm]") {
+  // Waiting for room it will never report would stall every frame to it until the op's
+  // deadline, with no word of the cause.
+  Pair p;
+  p.rank0_ring.consumed().store(1ull << 40);
+  OutMessage data;
+  data.header.type = MsgType::Data;
+  data.header.op_kind = OpKind::Allreduce;
+  data.name = "w";
+  data.owned.assign(kShmMinPayload, 7);
+  p.shm->send(1, std::move(data));
+  CHECK(p.tcp.drops.empty());  // not from inside the caller's send
+  p.tcp.run_deferred();
+  REQUIRE(p.tcp.drops.size() == 1);
+  CHECK(p.tcp.drops[0].code() == Code::Protocol);
+  CHECK(p.tcp.drops[0].message() ==
+        "rank 1: shared-memory ring consumed to position 1099511627776, past the 0 bytes produced");
+  // The frame itself went over TCP, whole: nothing waits for room.
+  REQUIRE(p.tcp.sent.size() == 1);
+  CHECK(p.tcp.sent[0].header.type == MsgType::Data);
+  CHECK(p.tcp.sent[0].payload_size() == kShmMinPayload);
+  CHECK(p.shm->queued_bytes(1) == 0);
+  CHECK_FALSE(p.shm->active_to(1));
 }
