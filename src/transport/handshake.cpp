@@ -15,6 +15,15 @@ void put32(std::vector<uint8_t>* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
 
+// A nonce left as zeros would let a recorded handshake be replayed: no nonce, no handshake.
+Status fresh_nonce(std::vector<uint8_t>* nonce) {
+  nonce->resize(kNonceBytes);
+  if (RAND_bytes(nonce->data(), static_cast<int>(nonce->size())) != 1) {
+    return {Code::Internal, "handshake: no random bytes for a nonce (RAND_bytes failed)"};
+  }
+  return {};
+}
+
 }  // namespace
 
 Handshake::Handshake(HandshakeParams params, Role role, int dialled_rank)
@@ -35,7 +44,7 @@ OutMessage Handshake::frame(MsgType type, std::vector<uint8_t> payload) const {
   return m;
 }
 
-std::vector<uint8_t> Handshake::mac(char role) const {
+Status Handshake::mac(char role, std::vector<uint8_t>* out) const {
   std::vector<uint8_t> msg(kMacLabel, kMacLabel + sizeof(kMacLabel));
   msg.push_back(static_cast<uint8_t>(role));
   put32(&msg, static_cast<uint32_t>(p_.job_id.size()));
@@ -47,23 +56,28 @@ std::vector<uint8_t> Handshake::mac(char role) const {
   put32(&msg, static_cast<uint32_t>(acceptor));
   msg.insert(msg.end(), nonce_d_.begin(), nonce_d_.end());
   msg.insert(msg.end(), nonce_a_.begin(), nonce_a_.end());
-  std::vector<uint8_t> out(kMacBytes);
+  out->assign(kMacBytes, 0);
   unsigned len = 0;
-  HMAC(EVP_sha256(), p_.secret.data(), static_cast<int>(p_.secret.size()), msg.data(), msg.size(),
-       out.data(), &len);
-  return out;
+  // A MAC left as zeros on both ends would let anyone sending zeros pass.
+  if (HMAC(EVP_sha256(), p_.secret.data(), static_cast<int>(p_.secret.size()), msg.data(),
+           msg.size(), out->data(), &len) == nullptr ||
+      len != kMacBytes) {
+    return {Code::Internal, "handshake: HMAC-SHA256 failed"};
+  }
+  return {};
 }
 
-std::vector<OutMessage> Handshake::start() {
-  std::vector<OutMessage> out;
-  if (role_ != Role::Dialer || state_ != State::Start) return out;
+Status Handshake::start(std::vector<OutMessage>* out) {
+  if (role_ != Role::Dialer || state_ != State::Start) return {};
   if (!p_.secret.empty()) {
-    nonce_d_.resize(kNonceBytes);
-    RAND_bytes(nonce_d_.data(), static_cast<int>(nonce_d_.size()));
+    if (Status s = fresh_nonce(&nonce_d_); !s.is_ok()) {
+      state_ = State::Failed;
+      return s;
+    }
   }
-  out.push_back(frame(MsgType::Hello, nonce_d_));
+  out->push_back(frame(MsgType::Hello, nonce_d_));
   state_ = State::AwaitHello;
-  return out;
+  return {};
 }
 
 Status Handshake::on_frame(const FrameHeader& h, const std::string& name,
@@ -107,29 +121,34 @@ Status Handshake::on_hello(const FrameHeader& h, const std::string& name,
     return {};
   }
   nonce_d_ = payload;
-  if (!p_.secret.empty()) {
-    nonce_a_.resize(kNonceBytes);
-    RAND_bytes(nonce_a_.data(), static_cast<int>(nonce_a_.size()));
-  }
-  out->push_back(frame(MsgType::Hello, nonce_a_));
   if (p_.secret.empty()) {
+    out->push_back(frame(MsgType::Hello, nonce_a_));
     state_ = State::Done;
     return {};
   }
-  out->push_back(frame(MsgType::Auth, mac('A')));
+  std::vector<uint8_t> ours;
+  if (Status s = fresh_nonce(&nonce_a_); !s.is_ok()) return s;
+  if (Status s = mac('A', &ours); !s.is_ok()) return s;
+  out->push_back(frame(MsgType::Hello, nonce_a_));
+  out->push_back(frame(MsgType::Auth, std::move(ours)));
   state_ = State::AwaitAuth;
   return {};
 }
 
 Status Handshake::on_auth(const std::vector<uint8_t>& payload, std::vector<OutMessage>* out) {
   const char theirs = role_ == Role::Dialer ? 'A' : 'D';
-  std::vector<uint8_t> expected = mac(theirs);
+  std::vector<uint8_t> expected;
+  if (Status s = mac(theirs, &expected); !s.is_ok()) return s;
   if (payload.size() != kMacBytes ||
       CRYPTO_memcmp(payload.data(), expected.data(), kMacBytes) != 0) {
     return {Code::Auth, "rank " + std::to_string(peer_) +
                             " failed authentication (a different or no job secret)"};
   }
-  if (role_ == Role::Dialer) out->push_back(frame(MsgType::Auth, mac('D')));
+  if (role_ == Role::Dialer) {
+    std::vector<uint8_t> ours;
+    if (Status s = mac('D', &ours); !s.is_ok()) return s;
+    out->push_back(frame(MsgType::Auth, std::move(ours)));
+  }
   state_ = State::Done;
   return {};
 }

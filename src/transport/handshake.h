@@ -8,7 +8,8 @@
 // mac_x = HMAC-SHA256(secret, "taiji-auth-1" | x | job id | cluster version | dialer rank |
 //                     acceptor rank | nonce_d | nonce_a), x = 'D' or 'A', so a MAC can be
 // neither replayed (fresh nonces from both ends) nor reflected (the role byte). MACs are
-// compared in constant time.
+// compared in constant time. If no random nonce or no MAC can be made, the handshake fails
+// (Code::Internal) rather than go on with zeros.
 #pragma once
 
 #include <cstddef>
@@ -41,9 +42,10 @@ class Handshake {
   // dialled_rank: for the dialer, the rank it dialled; ignored for the acceptor.
   Handshake(HandshakeParams params, Role role, int dialled_rank = -1);
 
-  // Frames to send as the connection opens (the dialer's Hello; nothing for the acceptor).
-  // Headers are complete: they go out before the link is registered.
-  std::vector<OutMessage> start();
+  // Appends the frames to send as the connection opens (the dialer's Hello; nothing for
+  // the acceptor). Headers are complete: they go out before the link is registered. A
+  // non-ok status (no random nonce) fails the handshake; the connection must be closed.
+  Status start(std::vector<OutMessage>* out);
   // A frame that arrived before the handshake finished, its header checked by
   // decode_header. Appends frames to send to *out. A non-ok status names what was wrong;
   // the connection must then be closed.
@@ -58,7 +60,7 @@ class Handshake {
                   std::vector<OutMessage>* out);
   Status on_auth(const std::vector<uint8_t>& payload, std::vector<OutMessage>* out);
   OutMessage frame(MsgType type, std::vector<uint8_t> payload) const;
-  std::vector<uint8_t> mac(char role) const;
+  Status mac(char role, std::vector<uint8_t>* out) const;
 
   HandshakeParams p_;
   Role role_;

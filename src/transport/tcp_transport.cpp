@@ -452,7 +452,9 @@ void TcpTransport::start_handshake(Conn* c) {
                                       dialer ? Handshake::Role::Dialer : Handshake::Role::Acceptor,
                                       c->dial_rank);
   c->opened_at = std::max<uint64_t>(now_ms(loop_), 1);
-  for (OutMessage& m : c->hs->start()) write(c, std::move(m));
+  std::vector<OutMessage> out;
+  if (Status s = c->hs->start(&out); !s.is_ok()) return conn_failed(c, s);
+  for (OutMessage& m : out) write(c, std::move(m));
 }
 
 void TcpTransport::on_accept() {

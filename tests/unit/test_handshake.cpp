@@ -1,6 +1,11 @@
 // The connection handshake as a pure exchange of frames: completion with and without a job
-// secret, and refusal of every wrong secret, replay, reflection and out-of-order frame.
+// secret, and refusal of every wrong secret, replay, reflection and out-of-order frame,
+// and of going on without random nonces.
+// RAND_set_rand_method, deprecated but the one way to make RAND_bytes fail.
+#define OPENSSL_SUPPRESS_DEPRECATED
+
 #include <catch2/catch.hpp>
+#include <openssl/rand.h>
 
 #include <string>
 #include <vector>
@@ -23,6 +28,13 @@ HandshakeParams params(int rank, std::string secret, std::string job = "job") {
   return p;
 }
 
+// What h sends as its connection opens.
+std::vector<OutMessage> started(Handshake& h) {
+  std::vector<OutMessage> out;
+  REQUIRE(h.start(&out).is_ok());
+  return out;
+}
+
 // Delivers every frame in `frames` to `to`; returns the first error, and what `to` sends back.
 Status deliver(Handshake& to, const std::vector<OutMessage>& frames, std::vector<OutMessage>* replies) {
   for (const OutMessage& m : frames) {
@@ -41,7 +53,7 @@ struct Pair {
 
 // Runs the whole exchange between a dialer of rank 3 and an acceptor of rank 1.
 void run(Pair& p) {
-  std::vector<OutMessage> to_acceptor = p.dialer.start();
+  std::vector<OutMessage> to_acceptor = started(p.dialer);
   for (int round = 0; round < 4 && !to_acceptor.empty(); ++round) {
     std::vector<OutMessage> to_dialer;
     p.acceptor_status = deliver(p.acceptor, to_acceptor, &to_dialer);
@@ -61,7 +73,7 @@ Pair handshake_pair(const std::string& dialer_secret, const std::string& accepto
 
 TEST_CASE("handshake: without a secret, one Hello each way", "[handshake]") {
   Pair p = handshake_pair("", "");
-  std::vector<OutMessage> hello = p.dialer.start();
+  std::vector<OutMessage> hello = started(p.dialer);
   REQUIRE(hello.size() == 1);
   CHECK(hello[0].header.type == MsgType::Hello);
   CHECK(hello[0].owned.empty());
@@ -113,7 +125,7 @@ TEST_CASE("handshake: an attacker cannot replay or reflect proofs", "[handshake]
   // A genuine exchange, recorded.
   Handshake d1(params(3, kSecret), Handshake::Role::Dialer, 1);
   Handshake a1(params(1, kSecret), Handshake::Role::Acceptor);
-  std::vector<OutMessage> hello = d1.start();
+  std::vector<OutMessage> hello = started(d1);
   std::vector<OutMessage> from_a1;
   REQUIRE(deliver(a1, hello, &from_a1).is_ok());
   std::vector<OutMessage> from_d1;
@@ -154,36 +166,72 @@ TEST_CASE("handshake: frames out of place are protocol errors", "[handshake]") {
   SECTION("a second Hello after the first") {
     Handshake d(params(3, kSecret), Handshake::Role::Dialer, 1);
     Handshake a(params(1, kSecret), Handshake::Role::Acceptor);
-    std::vector<OutMessage> hello = d.start();
+    std::vector<OutMessage> hello = started(d);
     REQUIRE(deliver(a, hello, &ignored).is_ok());
     CHECK(deliver(a, hello, &ignored).code() == Code::Protocol);
   }
   SECTION("a Hello naming another job") {
     Handshake d(params(3, "", "other"), Handshake::Role::Dialer, 1);
     Handshake a(params(1, ""), Handshake::Role::Acceptor);
-    Status s = deliver(a, d.start(), &ignored);
+    Status s = deliver(a, started(d), &ignored);
     CHECK(s.code() == Code::Protocol);
     CHECK(s.message().find("names job 'other'") != std::string::npos);
   }
   SECTION("a Hello from a lower rank on an accepted connection") {
     Handshake d(params(0, ""), Handshake::Role::Dialer, 1);
     Handshake a(params(1, ""), Handshake::Role::Acceptor);
-    CHECK(deliver(a, d.start(), &ignored).code() == Code::Protocol);
+    CHECK(deliver(a, started(d), &ignored).code() == Code::Protocol);
   }
   SECTION("the dialled rank answered as another rank") {
     Handshake d(params(3, ""), Handshake::Role::Dialer, 1);
     Handshake a(params(2, ""), Handshake::Role::Acceptor);
     std::vector<OutMessage> reply;
-    REQUIRE(deliver(a, d.start(), &reply).is_ok());
+    REQUIRE(deliver(a, started(d), &reply).is_ok());
     CHECK(deliver(d, reply, &ignored).code() == Code::Protocol);
   }
   SECTION("nothing is accepted after a failure") {
     Handshake d(params(3, kSecret), Handshake::Role::Dialer, 1);
     Handshake a(params(1, ""), Handshake::Role::Acceptor);
-    std::vector<OutMessage> hello = d.start();
+    std::vector<OutMessage> hello = started(d);
     CHECK_FALSE(deliver(a, hello, &ignored).is_ok());
     Handshake d2(params(3, ""), Handshake::Role::Dialer, 1);
-    CHECK_FALSE(deliver(a, d2.start(), &ignored).is_ok());
+    CHECK_FALSE(deliver(a, started(d2), &ignored).is_ok());
     CHECK_FALSE(a.done());
   }
+}
+
+namespace {
+
+// OpenSSL's random source fails while this lives.
+class FailingRandom {
+ public:
+  FailingRandom() : saved_(RAND_get_rand_method()) { RAND_set_rand_method(&failing_); }
+  ~FailingRandom() { RAND_set_rand_method(saved_); }
+  FailingRandom(const FailingRandom&) = delete;
+  FailingRandom& operator=(const FailingRandom&) = delete;
+
+ private:
+  static int fail(unsigned char*, int) { return 0; }
+  static int no_status() { return 0; }
+  const RAND_METHOD* saved_;
+  RAND_METHOD failing_{nullptr, fail, nullptr, nullptr, fail, no_status};
+};
+
+}  // namespace
+
+TEST_CASE("handshake: without random nonces neither end goes on", "[handshake]") {
+  // Zero nonces would make a recorded handshake replayable.
+  Pair p = handshake_pair(kSecret, kSecret);
+  Handshake dialer(params(2, kSecret), Handshake::Role::Dialer, 1);
+  std::vector<OutMessage> hello = started(p.dialer);
+  FailingRandom no_random;
+  std::vector<OutMessage> none;
+  Status s = dialer.start(&none);
+  CHECK(s.code() == Code::Internal);
+  CHECK(s.message() == "handshake: no random bytes for a nonce (RAND_bytes failed)");
+  CHECK(none.empty());
+  s = deliver(p.acceptor, hello, &none);
+  CHECK(s.code() == Code::Internal);
+  CHECK(none.empty());
+  CHECK_FALSE(p.acceptor.done());
 }

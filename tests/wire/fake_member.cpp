@@ -44,7 +44,8 @@ taiji::Status FakeMember::handshake(const std::string& job, const std::string& s
                                     Clock::time_point deadline) {
   taiji::HandshakeParams params{1, 2, kClusterVersion, job, secret};
   taiji::Handshake hs(params, taiji::Handshake::Role::Dialer, 0);
-  std::vector<taiji::OutMessage> out = hs.start();
+  std::vector<taiji::OutMessage> out;
+  if (taiji::Status s = hs.start(&out); !s.is_ok()) return s;
   while (true) {
     for (const taiji::OutMessage& m : out) {
       if (!send(frame(m.header, m.name, m.owned))) return {taiji::Code::Io, "rank 0 closed the connection"};
