@@ -67,6 +67,7 @@ void ShmTransport::send(int dst, OutMessage msg) {
   if (!behind) link.waits++;
   link.waiting_bytes += msg.payload_size();
   link.waiting.push_back(std::move(msg));
+  ++waiting_frames_;
 }
 
 bool ShmTransport::try_send(int dst, OutMessage& msg) {
@@ -139,6 +140,7 @@ void ShmTransport::send_waiting(int dst) {
     if (!try_send(dst, msg)) return;
     link.waiting_bytes -= len;
     link.waiting.pop_front();
+    --waiting_frames_;
   }
 }
 
@@ -147,6 +149,7 @@ void ShmTransport::flush_waiting(int dst) {
   std::deque<OutMessage> waiting = std::move(link.waiting);
   link.waiting.clear();
   link.waiting_bytes = 0;
+  waiting_frames_ -= waiting.size();
   for (OutMessage& msg : waiting) to_tcp(dst, std::move(msg));
 }
 
@@ -198,6 +201,7 @@ void ShmTransport::set_polling(bool on) {
 }
 
 void ShmTransport::retry_waiting() {
+  if (waiting_frames_ == 0) return;  // the usual case, on every poll
   for (int r = 0; r < opt_.size; ++r) {
     if (links_[r].out_active && !links_[r].waiting.empty()) send_waiting(r);
   }
@@ -231,12 +235,17 @@ Status ShmTransport::deliver_mail(int src, bool any_time) {
   // `any_time` while paused, keep adding early arrivals past the cap. A TCP frame's mail
   // was published before that frame was sent, so it is all below this end.
   const uint64_t end = link.in->mail_end();
+  bool delivered = false;
   while (!link.down && (any_time || !link.paused)) {
     ShmRecord rec;
     if (Status s = link.in->peek(&rec, end); !s.is_ok()) return protocol(src, s.message());
     if (rec.frame == nullptr) {
       // More came in meanwhile; it has no doorbell coming if it was posted while we polled.
-      if (!link.paused && link.in->has_mail() && opt_.request_poll) opt_.request_poll();
+      // A polling loop comes back anyway, and a pass that found nothing read the end just
+      // now: no second look, no hand-over to the loop, on the hot path.
+      if (delivered && !polling_ && !link.paused && link.in->has_mail() && opt_.request_poll) {
+        opt_.request_poll();
+      }
       return {};
     }
     if (rec.tcp_before > link.tcp_done) return {};
@@ -247,6 +256,7 @@ Status ShmTransport::deliver_mail(int src, bool any_time) {
     Status s = deliver_record(src, rec);
     // After frame_done: the handler may read the payload in the mailbox until then.
     link.in->pop();
+    delivered = true;
     if (!s.is_ok()) return s;
   }
   return {};
