@@ -55,6 +55,8 @@ case $pass in
     # The suites with threads to race. The wire suite bounds resident memory, which TSan's
     # own bookkeeping grows; the fault suite's deadlines do not allow TSan's slowdown.
     suites="multipeer process monitor"
+    # Slower still than ASan: the sweeps stop at 3 peers (the ASan pass goes to 4).
+    export TAIJI_TEST_MAX_PEERS=3
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp
     ;;
   *)

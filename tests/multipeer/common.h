@@ -106,9 +106,10 @@ taiji_op_options_t op_options(int64_t timeout_ms = 20000, const char* topology =
 // op starts).
 size_t count_named(taiji_peer_t* peer, const std::string& name);
 
-// TAIJI_TEST_QUICK set (and not 0): the sweeps over world sizes stop at `quick_max` peers.
-// The sanitizer passes set it: they run 3-10x slower, and the races and memory errors they
-// look for do not depend on how many of the larger sizes run (the plain pass runs them).
+// TAIJI_TEST_QUICK set (and not 0): the sweeps over world sizes stop at `quick_max` peers,
+// or at TAIJI_TEST_MAX_PEERS if that is lower. The sanitizer passes set them: they run
+// 3-10x slower, and the races and memory errors they look for do not depend on how many of
+// the larger sizes run (the plain pass runs them).
 bool in_quick_range(int n, int quick_max = 4);
 
 // A byte buffer with a guard zone after `bytes` whose pattern must survive every op.
