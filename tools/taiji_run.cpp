@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -122,6 +123,7 @@ class Launcher {
   std::vector<Child> children_;
   std::optional<int> exit_code_;
   bool stopping_ = false;
+  std::optional<rlimit> ranks_nofile_;  // the descriptor limit the ranks start with
   std::optional<Clock::time_point> kill_at_;
 };
 
@@ -262,6 +264,7 @@ bool Launcher::spawn(int rank, int local_rank, int local_size, const std::string
     // covers a parent that died before prctl took effect.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
+    if (ranks_nofile_) setrlimit(RLIMIT_NOFILE, &*ranks_nofile_);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -334,6 +337,15 @@ int Launcher::run() {
   if (!path) {
     say(opts_.command[0] + ": command not found");
     return 127;
+  }
+  // Every rank of the job holds a connection to the rendezvous store while it starts, and
+  // the store serves at most half the descriptor limit at once: up to the hard limit here.
+  // The ranks start with the limit this process was given.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    ranks_nofile_ = nofile;
+    nofile.rlim_cur = nofile.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &nofile) != 0) ranks_nofile_.reset();
   }
 
   // Blocked before the rendezvous thread exists, so that it inherits the mask and all of

@@ -133,6 +133,18 @@ run -np 2 taiji-no-such-program-here
 [ "$RC" = 127 ] || fail "missing program: exit code $RC, expected 127"
 ok "a missing program exits 127"
 
+# The store serves half the descriptor limit at once: taiji-run raises its own soft limit
+# to the hard one, and the ranks start with the limit it was given.
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -gt 256 ]; then
+  RC=0
+  (ulimit -Sn 256 && timeout -s KILL 20 "$RUN" -np 2 --no-tag sh -c \
+    'echo "$(ulimit -Sn) $(awk "/open files/{print \$4}" /proc/$PPID/limits)"') >"$TMP/out" 2>"$TMP/err" </dev/null || RC=$?
+  [ "$RC" = 0 ] || fail "descriptor limit: exit code $RC"
+  [ "$(sort -u "$TMP/out")" = "256 $hard" ] || fail "descriptor limit: ranks/launcher had $(sort -u "$TMP/out" | tr '\n' ' '), expected 256 $hard"
+  ok "taiji-run raises its descriptor limit to the hard one; the ranks keep the one it was given"
+fi
+
 # --- signals --------------------------------------------------------------------------
 # start_bg ARGS...: starts taiji-run in the background (PID in $LAUNCHER) with ranks that
 # print their pid and sleep; returns once both ranks are up.
