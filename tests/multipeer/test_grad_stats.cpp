@@ -76,6 +76,16 @@ Expected reference(int n, int steps, int tensors, size_t len, double b, double b
   return e;
 }
 
+// A statistics object with the defaults and 8 samples per peer per step; nullptr (and a
+// recorded failure) if it cannot be made.
+taiji_grad_stats_t* create_stats(taiji_peer_t* peer, int rank, Failures& failures) {
+  taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
+  cfg.batch_size = 8;
+  taiji_grad_stats_t* stats = nullptr;
+  failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK);
+  return stats;
+}
+
 }  // namespace
 
 TEST_CASE("grad stats: results equal a serial fp64 reference", "[grad_stats]") {
@@ -329,10 +339,8 @@ TEST_CASE("grad stats: a gradient that fails ends its statistics at once, on eve
   constexpr int64_t kTimeoutMs = 30000;
   Failures failures;
   auto lines = run_peers(2, [&](taiji_peer_t* peer, int rank) {
-    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
-    cfg.batch_size = 8;
-    taiji_grad_stats_t* stats = nullptr;
-    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    taiji_grad_stats_t* stats = create_stats(peer, rank, failures);
+    if (stats == nullptr) return;
     taiji_op_options_t opt = op_options(kTimeoutMs);
     opt.grad_stats = stats;
     const size_t len = rank == 0 ? 4096 : 4097;
@@ -372,10 +380,8 @@ TEST_CASE("grad stats: a topology swap posted right after a gradient does not sp
   constexpr int n = 3;
   Failures failures;
   auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
-    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
-    cfg.batch_size = 8;
-    taiji_grad_stats_t* stats = nullptr;
-    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    taiji_grad_stats_t* stats = create_stats(peer, rank, failures);
+    if (stats == nullptr) return;
     taiji_topology_t* ring = nullptr;
     if (!failures.expect_status(rank, "ring", taiji_topology_from_text(peer, "ring", 0, &ring), TAIJI_OK)) return;
     taiji_op_options_t opt = op_options(20000);
@@ -422,10 +428,8 @@ TEST_CASE("grad stats: the gradient's own deadline bounds its statistics", "[gra
   constexpr int n = 2;
   Failures failures;
   auto lines = run_peers(n, [&](taiji_peer_t* peer, int rank) {
-    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
-    cfg.batch_size = 8;
-    taiji_grad_stats_t* stats = nullptr;
-    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    taiji_grad_stats_t* stats = create_stats(peer, rank, failures);
+    if (stats == nullptr) return;
     if (rank == 0) {
       taiji_op_options_t opt = op_options(300);
       opt.grad_stats = stats;
@@ -461,10 +465,8 @@ TEST_CASE("grad stats: abort ends a gradient with ERR_ABORTED, as for any op", "
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       return;
     }
-    taiji_grad_stats_config_t cfg = TAIJI_GRAD_STATS_CONFIG_INIT;
-    cfg.batch_size = 8;
-    taiji_grad_stats_t* stats = nullptr;
-    if (!failures.expect_status(rank, "create", taiji_grad_stats_create(peer, &cfg, &stats), TAIJI_OK)) return;
+    taiji_grad_stats_t* stats = create_stats(peer, rank, failures);
+    if (stats == nullptr) return;
     taiji_op_options_t opt = op_options(20000);
     opt.grad_stats = stats;
     std::vector<float> g(64, 1.0f);
