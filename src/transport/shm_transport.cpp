@@ -67,7 +67,6 @@ void ShmTransport::send(int dst, OutMessage msg) {
   if (!behind) link.waits++;
   link.waiting_bytes += msg.payload_size();
   link.waiting.push_back(std::move(msg));
-  ++waiting_frames_;
 }
 
 bool ShmTransport::try_send(int dst, OutMessage& msg) {
@@ -140,7 +139,6 @@ void ShmTransport::send_waiting(int dst) {
     if (!try_send(dst, msg)) return;
     link.waiting_bytes -= len;
     link.waiting.pop_front();
-    --waiting_frames_;
   }
 }
 
@@ -149,7 +147,6 @@ void ShmTransport::flush_waiting(int dst) {
   std::deque<OutMessage> waiting = std::move(link.waiting);
   link.waiting.clear();
   link.waiting_bytes = 0;
-  waiting_frames_ -= waiting.size();
   for (OutMessage& msg : waiting) to_tcp(dst, std::move(msg));
 }
 
@@ -201,7 +198,6 @@ void ShmTransport::set_polling(bool on) {
 }
 
 void ShmTransport::retry_waiting() {
-  if (waiting_frames_ == 0) return;  // the usual case, on every poll
   for (int r = 0; r < opt_.size; ++r) {
     if (links_[r].out_active && !links_[r].waiting.empty()) send_waiting(r);
   }

@@ -157,7 +157,6 @@ class ShmTransport final : public Transport, public ReceiveHandler {
   std::vector<Link> links_;
   bool polling_ = false;
   uint64_t mail_delivered_ = 0;
-  size_t waiting_frames_ = 0;  // over every link's `waiting`
 };
 
 }  // namespace taiji
