@@ -126,7 +126,13 @@ void OpEngine::start(PostedOp posted) {
   op->finish_hook = std::move(posted.finish_hook);
   op->timeout_ms = posted.timeout_ms;
   op->started = uv_now(loop_);
-  op->deadline = op->started + posted.timeout_ms;
+  // The deadline counts from the post (or a group's hand-over), not from here: an op that
+  // waited for a fusion round and then left it (a peer runs it unfused) keeps only what
+  // it had left.
+  const uint64_t now_ns = monotonic_ns();
+  const uint64_t waited_ms =
+      posted.posted_ns != 0 && now_ns > posted.posted_ns ? (now_ns - posted.posted_ns) / 1000000 : 0;
+  op->deadline = op->started + (posted.timeout_ms - std::min(posted.timeout_ms, waited_ms));
   op->ready_from.assign(opt_.size, false);
   op->held.resize(opt_.size);
   op->writes_to.assign(opt_.size, 0);
@@ -137,7 +143,7 @@ void OpEngine::start(PostedOp posted) {
     const CollectiveSpec& spec = ref.op->spec();
     ref.trace = {static_cast<uint8_t>(spec.kind), &ref.key.first, ref.key.second,
                  spec.count * dtype_size(spec.dtype), spec.strategy ? &spec.strategy->name : nullptr,
-                 posted.posted_ns, monotonic_ns()};
+                 posted.posted_ns, now_ns};
     ref.metrics_token = opt_.metrics->op_started(ref.trace);
   }
   if (ref.op->out_of_memory()) {
