@@ -52,10 +52,19 @@ taiji::Status read_options(const taiji_op_options_t* options, taiji_op_options_t
 // Copies version, timeout, topology and callback from the options into args.
 taiji_status_t apply_options(taiji_peer_t* peer, const taiji_op_options_t* options, bool blocking,
                              taiji::PostArgs* args);
+using Posted = taiji::Result<std::shared_ptr<taiji::RequestState>>;
 // Hands the request to the caller, or waits for it when the caller passed none.
-taiji_status_t finish_post(taiji_peer_t* peer,
-                           const taiji::Result<std::shared_ptr<taiji::RequestState>>& posted,
-                           taiji_request_t** request);
+taiji_status_t finish_post(taiji_peer_t* peer, const Posted& posted,
+                           std::unique_ptr<taiji_request> handle, taiji_request_t** request);
+// Posts through post_op and finishes the post. The caller's handle is allocated first:
+// once the op is posted nothing may fail, or the caller would be told of a failure (out
+// of memory) for an op that runs.
+template <typename PostFn>
+taiji_status_t post_and_finish(taiji_peer_t* peer, taiji_request_t** request, PostFn&& post_op) {
+  std::unique_ptr<taiji_request> handle;
+  if (request != nullptr) handle = std::make_unique<taiji_request>();
+  return finish_post(peer, post_op(), std::move(handle), request);
+}
 
 // Posts an allreduce with its gradient statistics (capi/grad_stats.cpp).
 taiji::Result<std::shared_ptr<taiji::RequestState>> post_with_grad_stats(

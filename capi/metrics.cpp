@@ -67,7 +67,8 @@ TAIJI_API taiji_status_t taiji_step_mark(taiji_peer_t* peer, const taiji_op_opti
     taiji::PostArgs args;
     taiji_status_t s = apply_options(peer, options, request == nullptr, &args);
     if (s != TAIJI_OK) return s;
-    s = finish_post(peer, peer->impl->step_mark(args.timeout_ms, std::move(args.callback)), request);
+    s = post_and_finish(peer, request,
+                        [&] { return peer->impl->step_mark(args.timeout_ms, std::move(args.callback)); });
     // A blocking mark's own wait for the other ranks belongs to no step.
     if (request == nullptr) peer->impl->metrics().step_restart(taiji::monotonic_ns());
     return s;

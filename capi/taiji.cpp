@@ -97,12 +97,12 @@ taiji_status_t apply_options(taiji_peer_t* peer, const taiji_op_options_t* optio
   return TAIJI_OK;
 }
 
-taiji_status_t finish_post(taiji_peer_t* peer,
-                           const taiji::Result<std::shared_ptr<taiji::RequestState>>& posted,
-                           taiji_request_t** request) {
+taiji_status_t finish_post(taiji_peer_t* peer, const Posted& posted,
+                           std::unique_ptr<taiji_request> handle, taiji_request_t** request) {
   if (!posted.is_ok()) return record(peer, posted.status());
   if (request != nullptr) {
-    *request = new taiji_request{posted.value(), peer->impl->io_thread_id(), peer};
+    *handle = {posted.value(), peer->impl->io_thread_id(), peer};
+    *request = handle.release();
     return TAIJI_OK;
   }
   taiji::Status result;
@@ -126,9 +126,10 @@ taiji_status_t post(taiji_peer_t* peer, taiji::PostArgs args, const taiji_op_opt
     read_options(options, &opt);  // checked by apply_options
     if (opt.grad_stats != nullptr) {
       if (args.kind != taiji::OpKind::Allreduce) return invalid(peer, "options.grad_stats is for allreduce only");
-      return finish_post(peer, post_with_grad_stats(peer, opt.grad_stats, std::move(args)), request);
+      return post_and_finish(peer, request,
+                             [&] { return post_with_grad_stats(peer, opt.grad_stats, std::move(args)); });
     }
-    return finish_post(peer, peer->impl->post(std::move(args)), request);
+    return post_and_finish(peer, request, [&] { return peer->impl->post(std::move(args)); });
   });
 }
 

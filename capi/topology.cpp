@@ -170,8 +170,9 @@ taiji_status_t taiji_set_topology(taiji_peer_t* peer, const taiji_topology_t* to
     read_options(options, &opt);  // checked by apply_options
     if (opt.grad_stats != nullptr) return invalid(peer, "options.grad_stats is for allreduce only");
     taiji::BoundStrategy proposed = topology ? topology->bound : taiji::BoundStrategy{};
-    return finish_post(peer, peer->impl->set_topology(proposed, args.timeout_ms, std::move(args.callback)),
-                       request);
+    return post_and_finish(peer, request, [&] {
+      return peer->impl->set_topology(proposed, args.timeout_ms, std::move(args.callback));
+    });
   });
 }
 
