@@ -540,6 +540,14 @@ void TcpTransport::send(int dst, OutMessage msg) {
     if (cb) defer([cb, dst] { cb({Code::PeerLost, "no connection to rank " + std::to_string(dst)}); });
     return;
   }
+  if (c->draining) {
+    // Our Bye is queued: nothing may follow it (an Answer or a credit the engine still
+    // sends while we leave). Written, it would fail with EPIPE once the write side is
+    // shut and drop the link before the Bye is out, so the peer would see a loss.
+    auto cb = std::move(msg.on_sent);
+    if (cb) defer([cb] { cb({Code::Finalized, "this rank is leaving the job"}); });
+    return;
+  }
   if (corked_ > 0) {
     if (c->outbox.empty()) corked_conns_.push_back(c);
     c->outbox.push_back(frame(c, std::move(msg)));
