@@ -4,15 +4,20 @@
 // error naming rank 1 and the fault, tell rank 1, and leave the link up for the next
 // version; frames the header check refuses must close the link and fail rank 0's ops with
 // PeerLost naming rank 1. Rank 0 never crashes and is destroyed promptly either way.
+// Leaving with data still queued for rank 1, rank 0 sends it all, then its Bye, then
+// nothing: rank 1 sees a departure, not a lost link.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <functional>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_member.h"
@@ -210,6 +215,82 @@ LinkRun link_fault_once(const Rendezvous& rv, const std::string& job, LogCapture
   return run;
 }
 
+// ---------------------------------------------------------------------------------------
+// Leaving with data still queued: the Bye waits behind it and nothing may follow it.
+
+constexpr const char* kBulk = "bulk";
+// 32 KiB of f32: one chunk, so rank 0 writes each result as one frame. Well under the
+// 64 KiB queued for a rank past which rank 0 answers none of its Queries (op_engine.cpp):
+// with one result stuck in the write queue, a Query is still answered.
+constexpr uint64_t kBulkCount = 8192;
+// Loopback socket buffers hold a few MiB; this bounds the fill where they hold far more.
+constexpr int kMaxFillOps = 4096;
+// A result the kernel takes completes at once; one still unsent after this long waits in
+// rank 0's write queue until rank 1 reads.
+constexpr int64_t kQueuedMs = 250;
+
+std::string post_bulk(Peer& victim, const std::vector<float>& in, std::vector<float>* out,
+                      std::shared_ptr<RequestState>* request) {
+  PostArgs a;
+  a.name = kBulk;
+  a.send = in.data();
+  a.recv = out->data();
+  a.count = in.size();
+  auto posted = victim.post(std::move(a));
+  if (!posted.is_ok()) return "post: " + posted.status().message();
+  *request = posted.value();
+  return {};
+}
+
+// Rank 1's Ready and input for `version` of the bulk op, from rank 0's Ready for an
+// earlier version (the versions differ in nothing else).
+std::vector<uint8_t> bulk_from_member(const Frame& ready, uint64_t version,
+                                      const std::vector<uint8_t>& input) {
+  Frame r = ready;
+  r.header.op_version = version;
+  return concat({member_ready(r), frame(member_data(r.header), kBulk, input)});
+}
+
+// One bulk op, read to the end: *ready gets rank 0's Ready, the header of rank 1's frames
+// for later versions.
+std::string first_bulk(Peer& victim, FakeMember& fake, const std::vector<float>& in,
+                       std::vector<float>* out, Frame* ready) {
+  std::shared_ptr<RequestState> request;
+  std::string wrong = post_bulk(victim, in, out, &request);
+  if (!wrong.empty()) return wrong;
+  const uint64_t v = request->version();
+  Status s = fake.await(MsgType::Ready, kBulk, v, after_ms(kBoundMs), ready);
+  if (!s.is_ok()) return "no Ready from rank 0: " + s.message();
+  if (!fake.send(bulk_from_member(*ready, v, bytes_of(in.data(), in.size())))) return "rank 0 closed the link";
+  if (!request->wait_for(kBoundMs, &s)) return "the first bulk op did not end within 10 s";
+  if (!s.is_ok()) return "the first bulk op failed: " + s.message();
+  Frame result;
+  s = fake.await(MsgType::Data, kBulk, v, after_ms(kBoundMs), &result);
+  if (!s.is_ok()) return "rank 0 sent no result: " + s.message();
+  return {};
+}
+
+// Runs bulk ops while rank 1 reads nothing, until the socket buffers toward rank 1 are
+// full and an op's result waits in rank 0's write queue; *stuck gets that op.
+std::string fill_until_queued(Peer& victim, FakeMember& fake, const Frame& ready,
+                              const std::vector<float>& in, std::vector<float>* out,
+                              std::shared_ptr<RequestState>* stuck, int* ops) {
+  const std::vector<uint8_t> input = bytes_of(in.data(), in.size());
+  for (*ops = 0; *ops < kMaxFillOps; ++*ops) {
+    std::shared_ptr<RequestState> request;
+    std::string wrong = post_bulk(victim, in, out, &request);
+    if (!wrong.empty()) return wrong;
+    if (!fake.send(bulk_from_member(ready, request->version(), input))) return "rank 0 closed the link";
+    Status s;
+    if (!request->wait_for(kQueuedMs, &s)) {
+      *stuck = request;
+      return {};
+    }
+    if (!s.is_ok()) return "bulk op failed: " + s.message();
+  }
+  return "the socket buffers took " + std::to_string(kMaxFillOps) + " results without filling";
+}
+
 std::atomic<int> sigpipes{0};
 void count_sigpipe(int) { sigpipes.fetch_add(1); }
 
@@ -354,4 +435,54 @@ TEST_CASE("member: a waiter running the loop writes to a closed link without SIG
   victim.reset();
   CHECK(sigpipes.load() == sigpipes_before);
   sigaction(SIGPIPE, &before, nullptr);
+}
+
+TEST_CASE("member: a rank leaving with data queued says Bye after it and sends nothing more", "[member]") {
+  LogCapture log;
+  std::string error;
+  Rendezvous rv = start_rendezvous(&error);
+  REQUIRE(error.empty());
+  const std::string job = "wire-member-bye";
+  FakeMember fake;
+  std::unique_ptr<Peer> victim;
+  error = start_with_fake(base_config(0, rv.address, job), "", &fake, &victim);
+  INFO(error);
+  REQUIRE(error.empty());
+  const std::vector<float> in(kBulkCount, 1.0f);
+  std::vector<float> out(kBulkCount);
+  Frame ready;
+  error = first_bulk(*victim, fake, in, &out, &ready);
+  INFO(error);
+  REQUIRE(error.empty());
+  auto start = Clock::now();
+  std::shared_ptr<RequestState> stuck;
+  int ops = 0;
+  error = fill_until_queued(*victim, fake, ready, in, &out, &stuck, &ops);
+  INFO(error);
+  REQUIRE(error.empty());
+  // Rank 0 leaves: destroyed, it aborts the stuck op at once (finalize would wait out its
+  // deadline) and closes with a Bye, queued behind the stuck result; the link drains once
+  // rank 1 reads.
+  auto left = std::async(std::launch::async, [&victim] { victim.reset(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the Bye is queued
+  // A stalled op's watchdog asks. Rank 0 still reads while it drains, and answers with so
+  // little queued; an Answer written behind its Bye would fail on the shut write side and
+  // drop the link before the queued result and the Bye are out.
+  FrameHeader query = ready.header;
+  query.type = MsgType::Query;
+  query.src_rank = 1;
+  query.op_version = stuck->version();
+  REQUIRE(fake.send(frame(query, kBulk)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // handled before rank 1 reads
+  Frame bye;
+  Status s = fake.await(MsgType::Bye, job, 0, after_ms(kBoundMs), &bye);
+  INFO("rank 0 closed the link without a Bye: " << s.message());
+  CHECK(s.is_ok());
+  CHECK(fake.socket().wait_closed(after_ms(kBoundMs)) == RawSocket::Closed::Eof);
+  REQUIRE(stuck->wait_for(kBoundMs, &s));
+  CHECK(s.code() == Code::Aborted);
+  REQUIRE(left.wait_for(std::chrono::milliseconds(kBoundMs)) == std::future_status::ready);
+  std::printf("wire member: %-42s %d results filled the buffers, done in %5.2f s\n",
+              "Bye behind queued data", ops, ms_between(start, Clock::now()) / 1000);
+  CHECK(log.take().empty());
 }
