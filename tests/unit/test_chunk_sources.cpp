@@ -25,10 +25,10 @@ TEST_CASE("in-memory receive: results are bitwise those of copying, on every str
   // More than one 1 MiB chunk per rank's block on every setup.
   const uint64_t count = 1400001;
   for (const Setup& setup : setups) {
+    auto s = strategy(setup.strategy, setup.n);
+    const auto in = random_inputs(setup.n, count, 17u + static_cast<uint32_t>(setup.n));
     for (RedOp op : {RedOp::Sum, RedOp::Max, RedOp::Avg}) {
       INFO(setup.strategy << " n=" << setup.n << " op " << static_cast<int>(op));
-      auto s = strategy(setup.strategy, setup.n);
-      auto in = random_inputs(setup.n, count, 17u + static_cast<uint32_t>(setup.n));
       Run copied = run(OpKind::Allreduce, op, s, setup.n, in, count);
       Run read = run(OpKind::Allreduce, op, s, setup.n, in, count, false, Receive::InMemory);
       REQUIRE(copied.done);
