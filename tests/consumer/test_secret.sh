@@ -45,8 +45,10 @@ for r in 0 1 2; do
 done
 echo "ok: ranks sharing a secret run"
 
-init_ms=8000
-handshake_ms=5000
+# The ranks left waiting for the refused one wait out this deadline: long enough for
+# three sanitized processes to start on two cores and refuse it, short enough not to wait long.
+init_ms=4000
+handshake_ms=3000
 
 # Rank 2 dials ranks 0 and 1; with a different secret it must be refused by the MAC check.
 run_ranks "$work/a" "$work/a" "$work/b"
