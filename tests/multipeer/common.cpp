@@ -556,10 +556,13 @@ size_t count_named(taiji_peer_t* peer, const std::string& name) {
   return found;
 }
 
-bool in_quick_range(int n, int quick_max) {
+bool quick() {
   const char* quick = std::getenv("TAIJI_TEST_QUICK");
-  const bool on = quick != nullptr && *quick != 0 && std::string(quick) != "0";
-  if (!on) return true;
+  return quick != nullptr && *quick != 0 && std::string(quick) != "0";
+}
+
+bool in_quick_range(int n, int quick_max) {
+  if (!quick()) return true;
   if (const char* cap = std::getenv("TAIJI_TEST_MAX_PEERS"); cap != nullptr && *cap != 0) {
     quick_max = std::min(quick_max, std::atoi(cap));
   }

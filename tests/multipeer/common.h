@@ -111,6 +111,8 @@ size_t count_named(taiji_peer_t* peer, const std::string& name);
 // 3-10x slower, and the races and memory errors they look for do not depend on how many of
 // the larger sizes run (the plain pass runs them).
 bool in_quick_range(int n, int quick_max = 4);
+// Whether TAIJI_TEST_QUICK is set (and not 0).
+bool quick();
 
 // A byte buffer with a guard zone after `bytes` whose pattern must survive every op.
 // Sets an environment variable for the guard's lifetime, then restores the previous value
