@@ -32,6 +32,9 @@ common=(-Doptimization=1 -Ddebug=true -Db_lundef=false)
 # turns the later ones into PEER_LOST (right, but not what that test's timing checks).
 skip="install-pkgconfig"
 [ "$pass" = asan ] && skip="$skip fault-sigstop-large-rank2"
+# The launcher is single-threaded: TSan has nothing to find in it, and the ranks it starts
+# run the library the multi-peer tests race already.
+[ "$pass" = tsan ] && skip="$skip launcher"
 skip_suites=""
 # The multi-peer sweeps over world sizes stop at 3-5 peers (tests/multipeer/common.h):
 # the sanitizers slow them 3-10x, and what they find does not depend on the larger sizes,
