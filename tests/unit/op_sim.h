@@ -101,7 +101,7 @@ inline void drive(std::vector<std::unique_ptr<CollectiveOp>>& ops, Run& r,
 // and is passed as both.
 inline Run run(OpKind kind, RedOp op, const std::shared_ptr<const Strategy>& s, int n,
                const std::vector<std::vector<float>>& in, uint64_t count, bool in_place = false,
-               Receive receive = Receive::Copy) {
+               Receive receive = Receive::Copy, uint64_t chunk_bytes = 1 << 20) {
   Run r;
   r.out.assign(static_cast<size_t>(n), std::vector<float>(count, -1.0f));
   if (in_place) r.out = in;
@@ -110,8 +110,9 @@ inline Run run(OpKind kind, RedOp op, const std::shared_ptr<const Strategy>& s, 
     const float* send = kind == OpKind::Barrier ? nullptr
                         : in_place                ? r.out[static_cast<size_t>(k)].data()
                                                   : in[static_cast<size_t>(k)].data();
-    ops.push_back(std::make_unique<CollectiveOp>(
-        spec_for(kind, op, s, n, k, send, r.out[static_cast<size_t>(k)].data(), count)));
+    CollectiveSpec spec = spec_for(kind, op, s, n, k, send, r.out[static_cast<size_t>(k)].data(), count);
+    spec.chunk_bytes = chunk_bytes;
+    ops.push_back(std::make_unique<CollectiveOp>(spec));
   }
   drive(ops, r, receive);
   return r;

@@ -22,15 +22,16 @@ TEST_CASE("in-memory receive: results are bitwise those of copying, on every str
   const Setup setups[] = {{"ring", 2, true},  {"ring", 3, true},         {"ring", 5, true},
                           {"tree", 4, true},  {"binary_tree", 6, true},  {"star", 3, false},
                           {"clique", 4, false}};
-  // More than one 1 MiB chunk per rank's block on every setup.
-  const uint64_t count = 1400001;
+  // More than one 64 KiB chunk per rank's block on every setup (blocks of 91 KiB and up).
+  const uint64_t count = 140001;
+  const uint64_t chunk = 64 << 10;
   for (const Setup& setup : setups) {
     auto s = strategy(setup.strategy, setup.n);
     const auto in = random_inputs(setup.n, count, 17u + static_cast<uint32_t>(setup.n));
     for (RedOp op : {RedOp::Sum, RedOp::Max, RedOp::Avg}) {
       INFO(setup.strategy << " n=" << setup.n << " op " << static_cast<int>(op));
-      Run copied = run(OpKind::Allreduce, op, s, setup.n, in, count);
-      Run read = run(OpKind::Allreduce, op, s, setup.n, in, count, false, Receive::InMemory);
+      Run copied = run(OpKind::Allreduce, op, s, setup.n, in, count, false, Receive::Copy, chunk);
+      Run read = run(OpKind::Allreduce, op, s, setup.n, in, count, false, Receive::InMemory, chunk);
       REQUIRE(copied.done);
       REQUIRE(read.done);
       CHECK(copied.read_in_memory == 0);
