@@ -2,8 +2,8 @@
  * holds each small allreduce for a negotiation that the others never join, while they run
  * it at once; rank 0 must see their frames and run the op the same way. Twice: alone, and
  * with a topology swap posted after it that completes first, so that the op must keep the
- * topology it was posted under (the automatic one), not take the new one. Then the
- * deadline: an op that leaves fusion late keeps what is left of its deadline. */
+ * topology it was posted under (the automatic one), not take the new one. Between them,
+ * the deadline: an op that leaves fusion late keeps what is left of its deadline. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
 #include <taiji/taiji.h>
 

@@ -101,7 +101,7 @@ inline void drive(std::vector<std::unique_ptr<CollectiveOp>>& ops, Run& r,
 // and is passed as both.
 inline Run run(OpKind kind, RedOp op, const std::shared_ptr<const Strategy>& s, int n,
                const std::vector<std::vector<float>>& in, uint64_t count, bool in_place = false,
-               Receive receive = Receive::Copy, uint64_t chunk_bytes = 1 << 20) {
+               Receive receive = Receive::Copy, uint64_t chunk_bytes = CollectiveSpec().chunk_bytes) {
   Run r;
   r.out.assign(static_cast<size_t>(n), std::vector<float>(count, -1.0f));
   if (in_place) r.out = in;
