@@ -14,9 +14,8 @@
 #include "runtime/peer.h"
 
 struct taiji_peer {
+  // Rank and size are the membership's (they change with it): read through impl.
   std::unique_ptr<taiji::Peer> impl;
-  int rank = -1;
-  int size = -1;
   std::mutex error_mu;
   std::string last_error;
   // What taiji_peer_last_error returned to each thread: valid until that thread's next call

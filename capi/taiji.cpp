@@ -231,8 +231,6 @@ taiji_status_t taiji_peer_init_versioned(uint32_t header_version, const taiji_co
     auto made = taiji::Peer::create(resolved.value());
     if (!made.is_ok()) return fail(to_c(made.status()), made.status().message());
     auto* p = new taiji_peer();
-    p->rank = made.value()->rank();
-    p->size = made.value()->size();
     p->impl = std::move(made.value());
     *peer = p;
     return TAIJI_OK;
@@ -282,8 +280,8 @@ void taiji_peer_destroy(taiji_peer_t* peer) {
   delete peer;
 }
 
-int taiji_peer_rank(const taiji_peer_t* peer) { return peer ? peer->rank : -1; }
-int taiji_peer_size(const taiji_peer_t* peer) { return peer ? peer->size : -1; }
+int taiji_peer_rank(const taiji_peer_t* peer) { return peer && peer->impl ? peer->impl->rank() : -1; }
+int taiji_peer_size(const taiji_peer_t* peer) { return peer && peer->impl ? peer->impl->size() : -1; }
 
 taiji_status_t taiji_peer_async_error(const taiji_peer_t* peer) {
   if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;

@@ -95,13 +95,13 @@ taiji_status_t taiji_topology_from_text(const taiji_peer_t* peer, const char* te
   if (text == nullptr) return refuse("text is NULL", topology);
   try {
     if (peer != nullptr) {
-      if (size != 0 && size != peer->size) {
+      if (size != 0 && size != peer->impl->size()) {
         return refuse("size " + std::to_string(size) + " differs from the peer's world size " +
-                          std::to_string(peer->size), topology);
+                          std::to_string(peer->impl->size()), topology);
       }
       auto bound = peer->impl->resolve_topology(text);
       if (!bound.is_ok()) return refuse(bound.status().message(), topology);
-      *topology = new taiji_topology{bound.value(), peer->size};
+      *topology = new taiji_topology{bound.value(), peer->impl->size()};
       return TAIJI_OK;
     }
     if (size < 1) return refuse("size must be at least 1 without a peer", topology);
@@ -160,7 +160,7 @@ taiji_status_t taiji_set_topology(taiji_peer_t* peer, const taiji_topology_t* to
                                   const taiji_op_options_t* options, taiji_request_t** request) {
   if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
   return guarded(peer, [&]() -> taiji_status_t {
-    if (topology != nullptr && topology->size != peer->size) {
+    if (topology != nullptr && topology->size != peer->impl->size()) {
       return invalid(peer, "topology is for a different number of ranks");
     }
     taiji::PostArgs args;

@@ -45,7 +45,8 @@ Status Peer::start_metrics_server() {
   // Peers sharing a host (and a configuration) take consecutive ports from the one given.
   if (port != 0) {
     int local = 0;
-    for (int r = 0; r < config_.rank; ++r) local += host_of_[r] == host_of_[config_.rank] ? 1 : 0;
+    const std::vector<int>& host_of = membership_.current().host_of;
+    for (int r = 0; r < rank(); ++r) local += host_of[r] == host_of[rank()] ? 1 : 0;
     if (port + local > 65535) {
       return {Code::Config, "TAIJI_METRICS_ADDR='" + config_.metrics_addr + "': port " +
                                 std::to_string(port) + " + local index " + std::to_string(local) +
@@ -57,7 +58,7 @@ Status Peer::start_metrics_server() {
   auto server = MetricsServer::start(host, port, [m] { return m->prometheus(); });
   if (!server.is_ok()) return server.status();
   metrics_server_ = std::move(server.value());
-  log().info("rank {}: Prometheus metrics at http://{}/metrics", config_.rank, metrics_server_->address());
+  log().info("rank {}: Prometheus metrics at http://{}/metrics", rank(), metrics_server_->address());
   return {};
 }
 
@@ -68,7 +69,7 @@ Result<std::shared_ptr<RequestState>> Peer::step_mark(int64_t timeout_ms,
     std::vector<double> all;
   };
   auto gathered = std::make_shared<Gathered>();
-  gathered->all.assign(static_cast<size_t>(config_.size), -1.0);
+  gathered->all.assign(static_cast<size_t>(size()), -1.0);
   PostArgs args;
   args.kind = OpKind::Allgather;
   args.name = kStepOpName;
@@ -78,7 +79,7 @@ Result<std::shared_ptr<RequestState>> Peer::step_mark(int64_t timeout_ms,
   args.dtype = DType::F64;
   args.timeout_ms = timeout_ms;
   args.callback = std::move(callback);
-  auto prepared = prepare(args);
+  auto prepared = poster_.prepare(args);
   if (!prepared.is_ok()) return prepared.status();
   gathered->mine = metrics_->step_end(monotonic_ns());
   auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
@@ -87,54 +88,43 @@ Result<std::shared_ptr<RequestState>> Peer::step_mark(int64_t timeout_ms,
     if (s.is_ok()) metrics_->record_step(gathered->all);
     return s;
   };
-  auto request = op->request;
-  Status s = queue(op, [this, op] {
-    enter([this, op] {
-      bind(*op);
-      engine_->start(std::move(*op));
-    });
-  }, true);
-  if (!s.is_ok()) return s;
-  return request;
+  return poster_.submit(op, true);
 }
 
 Status Peer::probe_rtt(int64_t timeout_ms) {
   if (on_io_thread()) {
     return {Code::InvalidArgument, "a round-trip probe waits; it cannot run from a completion callback"};
   }
-  {
-    std::lock_guard<std::mutex> lock(state_mu_);
-    if (closing_) return {Code::Finalized, "peer is finalized or aborted"};
-  }
+  if (closed()) return {Code::Finalized, "peer is finalized or aborted"};
   std::vector<int> others;
-  for (int r = 0; r < config_.size; ++r) {
-    if (r != config_.rank) others.push_back(r);
+  for (int r = 0; r < size(); ++r) {
+    if (r != rank()) others.push_back(r);
   }
   if (others.empty()) return {};
   const uint32_t round = metrics_->rtt_begin();
   run_on_loop([this, round] {
     metrics_->rtt_sending(round, monotonic_ns());
-    engine_->send_probes(round);
+    host_->engine().send_probes(round);
   });
   return metrics_->rtt_wait(round, others, timeout_ms);
 }
 
 void Peer::dump_flight_recorder(const Status& why) {
-  const uint64_t now = uv_now(&loop_);
+  const uint64_t now = uv_now(io_.uv());
   if (dumps_ > 0 && now < last_dump_ms_ + kMinDumpIntervalMs) return;
   last_dump_ms_ = now;
   const std::string json = metrics_->flight_json(why.message());
   const std::string path = config_.flight_recorder_dir + "/taiji-flight-" + file_safe(config_.job_id) +
-                           "-rank" + std::to_string(config_.rank) + "-pid" + std::to_string(getpid()) +
+                           "-rank" + std::to_string(rank()) + "-pid" + std::to_string(getpid()) +
                            "-" + std::to_string(++dumps_) + ".json";
   metrics_->count_dump();
   FILE* f = std::fopen(path.c_str(), "w");
   bool written = f != nullptr && std::fwrite(json.data(), 1, json.size(), f) == json.size();
   if (f != nullptr) written = std::fclose(f) == 0 && written;
   if (written) {
-    log().warn("flight recorder: the last ops of rank {} are in {}", config_.rank, path);
+    log().warn("flight recorder: the last ops of rank {} are in {}", rank(), path);
   } else {
-    log().warn("flight recorder: cannot write {}; the last ops of rank {}: {}", path, config_.rank, json);
+    log().warn("flight recorder: cannot write {}; the last ops of rank {}: {}", path, rank(), json);
   }
 }
 
