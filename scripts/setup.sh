@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# procps (pgrep) and iproute2 (ip, tc) are for the launcher and namespace-cluster tests.
+# procps (pgrep) and iproute2 (ip, tc) are for the launcher and namespace-cluster tests;
+# abigail-tools (abidw, abidiff) for the ABI check.
 packages=(g++ pkg-config meson ninja-build python3 libuv1-dev libspdlog-dev libfmt-dev libssl-dev catch2
-  procps iproute2)
+  procps iproute2 abigail-tools)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

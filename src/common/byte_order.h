@@ -3,7 +3,9 @@
 // endianness or alignment.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace taiji {
 
@@ -16,6 +18,12 @@ inline void put32(uint8_t* p, uint32_t v) {
 }
 inline void put64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+// For messages assembled field by field (the handshake's MAC input).
+inline void append32(std::vector<uint8_t>* out, uint32_t v) {
+  const size_t at = out->size();
+  out->resize(at + 4);
+  put32(out->data() + at, v);
 }
 inline uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 inline uint32_t get32(const uint8_t* p) {

@@ -5,15 +5,13 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "common/byte_order.h"
+
 namespace taiji {
 
 namespace {
 
 constexpr char kMacLabel[] = "taiji-auth-1";
-
-void put32(std::vector<uint8_t>* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
 
 // A nonce left as zeros would let a recorded handshake be replayed: no nonce, no handshake.
 Status fresh_nonce(std::vector<uint8_t>* nonce) {
@@ -47,13 +45,13 @@ OutMessage Handshake::frame(MsgType type, std::vector<uint8_t> payload) const {
 Status Handshake::mac(char role, std::vector<uint8_t>* out) const {
   std::vector<uint8_t> msg(kMacLabel, kMacLabel + sizeof(kMacLabel));
   msg.push_back(static_cast<uint8_t>(role));
-  put32(&msg, static_cast<uint32_t>(p_.job_id.size()));
+  append32(&msg, static_cast<uint32_t>(p_.job_id.size()));
   msg.insert(msg.end(), p_.job_id.begin(), p_.job_id.end());
-  put32(&msg, p_.cluster_version);
+  append32(&msg, p_.cluster_version);
   const int dialer = role_ == Role::Dialer ? p_.rank : peer_;
   const int acceptor = role_ == Role::Dialer ? peer_ : p_.rank;
-  put32(&msg, static_cast<uint32_t>(dialer));
-  put32(&msg, static_cast<uint32_t>(acceptor));
+  append32(&msg, static_cast<uint32_t>(dialer));
+  append32(&msg, static_cast<uint32_t>(acceptor));
   msg.insert(msg.end(), nonce_d_.begin(), nonce_d_.end());
   msg.insert(msg.end(), nonce_a_.begin(), nonce_a_.end());
   out->assign(kMacBytes, 0);
