@@ -106,9 +106,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   Engine engine;
   Wire wire;
+  const Cluster cluster{limits().cluster_version, 0, 2, {}, {0, 0}};
   ShmOptions options;
-  options.rank = 0;
-  options.size = 2;
+  options.cluster = &cluster;
   options.limits = limits();
   options.ring_bytes = kRing;
   ShmTransport shm(options, &wire, &engine);

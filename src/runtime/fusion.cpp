@@ -113,7 +113,7 @@ void Fusion::start_round() {
   auto round = std::make_shared<Round>();
   const uint64_t bytes = kRoundHeaderBytes + kRoundSlots * kFusionEntryBytes;
   round->send.resize(bytes);
-  round->recv.resize(bytes * static_cast<uint64_t>(opt_.size));
+  round->recv.resize(bytes * static_cast<uint64_t>(opt_.cluster->size));
   put32(round->send.data(), static_cast<uint32_t>(deferred_));
   put32(round->send.data() + 4, 0);
   encode_fusion_entries(listed, round->send.data() + kRoundHeaderBytes, kRoundSlots);
@@ -141,8 +141,8 @@ PostedOp Fusion::internal_op(const char* name, uint64_t version, OpKind kind, co
   op.spec.count = count;
   op.spec.send = send;
   op.spec.recv = recv;
-  op.spec.rank = opt_.rank;
-  op.spec.size = opt_.size;
+  op.spec.rank = opt_.cluster->rank;
+  op.spec.size = opt_.cluster->size;
   op.spec.chunk_bytes = opt_.chunk_bytes;
   op.timeout_ms = timeout_ms;
   op.posted_ns = monotonic_ns();
@@ -187,7 +187,7 @@ void Fusion::on_round(const Round& round, const Status& s) {
   std::vector<std::vector<FusionEntry>> lists;
   uint32_t deferred_before = 0;
   const size_t per_rank = kRoundHeaderBytes + kRoundSlots * kFusionEntryBytes;
-  for (int r = 0; r < opt_.size; ++r) {
+  for (int r = 0; r < opt_.cluster->size; ++r) {
     const uint8_t* block = round.recv.data() + r * per_rank;
     // The most any rank counts: a rank whose copy of an earlier round failed counts
     // fewer, and every rank must decide alike from this round on.
@@ -195,7 +195,7 @@ void Fusion::on_round(const Round& round, const Status& s) {
     lists.push_back(decode_fusion_entries(block + kRoundHeaderBytes, kRoundSlots));
   }
   note_wanted(lists);
-  FusionOutcome outcome = settle_fusion_round(lists, opt_.rank);
+  FusionOutcome outcome = settle_fusion_round(lists, opt_.cluster->rank);
   for (const FusionMismatch& m : outcome.mismatched) {
     auto it = waiting_.find({m.entry.hash, m.entry.version});
     if (it == waiting_.end()) continue;

@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/cluster.h"
 #include "monitor/metrics.h"
 #include "runtime/fusion_plan.h"
 #include "runtime/name_table.h"
@@ -34,8 +35,8 @@
 namespace taiji {
 
 struct FusionOptions {
-  int rank = 0;
-  int size = 1;
+  // The membership (rank, size), read where needed: it changes in place.
+  const Cluster* cluster = nullptr;
   uint64_t max_op_bytes = 64 << 10;
   uint64_t buffer_bytes = 4 << 20;
   uint64_t chunk_bytes = 1 << 20;

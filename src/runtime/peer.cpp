@@ -32,9 +32,7 @@ Peer::Peer(const Config& config)
   metrics_->set_enabled(config_.metrics == 1);
 
   TcpOptions to;
-  to.rank = config_.rank;
-  to.size = config_.size;
-  to.cluster_version = membership_.version();
+  to.cluster = &membership_.current();
   to.job_id = config_.job_id;
   to.listen_host = config_.listen_host;
   to.limits.max_name_len = static_cast<uint16_t>(config_.max_name_len);
@@ -45,10 +43,8 @@ Peer::Peer(const Config& config)
   to.max_pending_connections = static_cast<int>(config_.max_pending_connections);
   to.link_counters = metrics_->link_counters();
   ShmOptions so;
-  so.rank = config_.rank;
-  so.size = config_.size;
+  so.cluster = &membership_.current();
   so.limits = to.limits;
-  so.limits.cluster_version = membership_.version();
   so.ring_bytes = config_.shm_ring_bytes;
   so.enabled = config_.shm != "off";
   so.link_counters = to.link_counters;
@@ -63,8 +59,7 @@ Peer::Peer(const Config& config)
   ho.engine.stall_warn_ms = static_cast<uint64_t>(config_.stall_warn_ms);
   ho.engine.held = [this](const std::string& name, uint64_t version) { return poster_.holds(name, version); };
   ho.fuse = config_.fusion == 1 && config_.size > 1;
-  ho.fusion.rank = config_.rank;
-  ho.fusion.size = config_.size;
+  ho.fusion.cluster = &membership_.current();
   ho.fusion.max_op_bytes = config_.fusion_max_op_bytes;
   ho.fusion.buffer_bytes = config_.fusion_buffer_bytes;
   ho.fusion.chunk_bytes = std::min<uint64_t>(config_.chunk_bytes, config_.max_payload - 8);

@@ -20,12 +20,11 @@ Status protocol(int src, const std::string& what) {
 }  // namespace
 
 ShmTransport::ShmTransport(ShmOptions options, Transport* inner, ReceiveHandler* handler)
-    : opt_(std::move(options)), inner_(inner), handler_(handler), links_(opt_.size) {
-  opt_.limits.world_size = static_cast<uint32_t>(opt_.size);
+    : opt_(std::move(options)), inner_(inner), handler_(handler), links_(opt_.cluster->size) {
 }
 
 ShmTransport::~ShmTransport() {
-  for (int r = 0; r < opt_.size; ++r) {
+  for (int r = 0; r < opt_.cluster->size; ++r) {
     const Link& link = links_[r];
     if (link.ring_frames + link.tcp_frames + link.mail_frames == 0) continue;
     log().debug("to rank {}: {} payloads through the shared-memory ring ({} waits for room), "
@@ -35,10 +34,17 @@ ShmTransport::~ShmTransport() {
   }
 }
 
+FrameLimits ShmTransport::limits() const {
+  FrameLimits l = opt_.limits;
+  l.world_size = static_cast<uint32_t>(opt_.cluster->size);
+  l.cluster_version = opt_.cluster->version;
+  return l;
+}
+
 void ShmTransport::start(const std::vector<int>& host_of) {
   if (!opt_.enabled) return;
-  for (int r = 0; r < opt_.size; ++r) {
-    if (r == opt_.rank || host_of[r] != host_of[opt_.rank]) continue;
+  for (int r = 0; r < opt_.cluster->size; ++r) {
+    if (r == opt_.cluster->rank || host_of[r] != host_of[opt_.cluster->rank]) continue;
     auto seg = ShmSegment::create(opt_.ring_bytes);
     if (!seg.is_ok()) {
       log().warn("no shared-memory ring to rank {} (TCP carries its data): {}", r,
@@ -56,12 +62,12 @@ void ShmTransport::start(const std::vector<int>& host_of) {
 }
 
 bool ShmTransport::active_to(int dst) const {
-  return dst >= 0 && dst < opt_.size && links_[dst].out_active;
+  return dst >= 0 && dst < opt_.cluster->size && links_[dst].out_active;
 }
 
 void ShmTransport::send(int dst, OutMessage msg) {
   // Behind frames already waiting for room, in order; else it waits only if the ring is full.
-  const bool behind = dst >= 0 && dst < opt_.size && !links_[dst].waiting.empty();
+  const bool behind = dst >= 0 && dst < opt_.cluster->size && !links_[dst].waiting.empty();
   if (!behind && try_send(dst, msg)) return;
   Link& link = links_[dst];
   if (!behind) link.waits++;
@@ -104,8 +110,8 @@ void ShmTransport::emit(int dst, OutMessage msg) {
   if (!active_to(dst)) return to_tcp(dst, std::move(msg));
   Link& link = links_[dst];
   FrameHeader h = msg.header;
-  h.src_rank = static_cast<uint32_t>(opt_.rank);
-  h.cluster_version = opt_.limits.cluster_version;
+  h.src_rank = static_cast<uint32_t>(opt_.cluster->rank);
+  h.cluster_version = opt_.cluster->version;
   h.name_len = static_cast<uint16_t>(msg.name.size());
   h.payload_len = msg.payload_size();
   uint8_t header[kHeaderSize];
@@ -127,7 +133,7 @@ void ShmTransport::emit(int dst, OutMessage msg) {
 }
 
 void ShmTransport::to_tcp(int dst, OutMessage msg) {
-  if (dst >= 0 && dst < opt_.size) links_[dst].tcp_sent++;
+  if (dst >= 0 && dst < opt_.cluster->size) links_[dst].tcp_sent++;
   inner_->send(dst, std::move(msg));
 }
 
@@ -151,13 +157,13 @@ void ShmTransport::flush_waiting(int dst) {
 }
 
 uint64_t ShmTransport::queued_bytes(int dst) const {
-  const uint64_t waiting = dst >= 0 && dst < opt_.size ? links_[dst].waiting_bytes : 0;
+  const uint64_t waiting = dst >= 0 && dst < opt_.cluster->size ? links_[dst].waiting_bytes : 0;
   return inner_->queued_bytes(dst) + waiting;
 }
 
 void ShmTransport::shutdown(std::function<void()> on_closed) {
   // Waiting frames go out before the Bye.
-  for (int r = 0; r < opt_.size; ++r) {
+  for (int r = 0; r < opt_.cluster->size; ++r) {
     links_[r].out_active = false;
     flush_waiting(r);
   }
@@ -167,7 +173,7 @@ void ShmTransport::shutdown(std::function<void()> on_closed) {
 void ShmTransport::close_now(std::function<void()> on_closed) {
   inner_->close_now(std::move(on_closed));
   // With the links closed, TCP reports each waiting frame as not sent.
-  for (int r = 0; r < opt_.size; ++r) {
+  for (int r = 0; r < opt_.cluster->size; ++r) {
     links_[r].out_active = false;
     flush_waiting(r);
   }
@@ -198,14 +204,14 @@ void ShmTransport::set_polling(bool on) {
 }
 
 void ShmTransport::retry_waiting() {
-  for (int r = 0; r < opt_.size; ++r) {
+  for (int r = 0; r < opt_.cluster->size; ++r) {
     if (links_[r].out_active && !links_[r].waiting.empty()) send_waiting(r);
   }
 }
 
 void ShmTransport::poll() {
   retry_waiting();
-  for (int r = 0; r < opt_.size; ++r) {
+  for (int r = 0; r < opt_.cluster->size; ++r) {
     const Link& link = links_[r];
     if (link.in == nullptr || link.down || link.paused) continue;
     if (Status s = deliver_mail(r, false); !s.is_ok()) inner_->drop(r, s);
@@ -263,7 +269,7 @@ Status ShmTransport::deliver_record(int src, const ShmRecord& rec) {
   uint8_t raw[kHeaderSize];
   std::memcpy(raw, rec.frame, kHeaderSize);
   FrameHeader h;
-  if (Status s = decode_header(raw, opt_.limits, &h); !s.is_ok()) {
+  if (Status s = decode_header(raw, limits(), &h); !s.is_ok()) {
     return protocol(src, "mailbox: " + s.message());
   }
   if (static_cast<int>(h.src_rank) != src) {
@@ -429,7 +435,7 @@ void ShmTransport::on_data(int src, const FrameHeader& h, const std::string& nam
   data.payload_len = where.length;
   uint8_t encoded[kHeaderSize];
   encode_header(data, encoded);
-  if (Status s = decode_header(encoded, opt_.limits, &data); !s.is_ok()) {
+  if (Status s = decode_header(encoded, limits(), &data); !s.is_ok()) {
     return inner_->drop(src, protocol(src, "ShmData: " + s.message()));
   }
   if (Status s = hand_over(src, data, name, link.in->at(where), where.length); !s.is_ok()) {

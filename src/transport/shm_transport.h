@@ -42,6 +42,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/cluster.h"
 #include "monitor/link_counters.h"
 #include "transport/shm_ring.h"
 #include "transport/transport.h"
@@ -49,9 +50,9 @@
 namespace taiji {
 
 struct ShmOptions {
-  int rank = 0;
-  int size = 1;
-  FrameLimits limits;             // world_size and cluster_version filled in
+  // The membership (rank, size, version), read where needed: it changes in place.
+  const Cluster* cluster = nullptr;
+  FrameLimits limits;             // world_size and cluster_version come from the cluster
   uint64_t ring_bytes = 8 << 20;  // per directed pair
   bool enabled = true;            // false: offer no ring and decline offers
   LinkCounters* link_counters = nullptr;
@@ -147,6 +148,8 @@ class ShmTransport final : public Transport, public ReceiveHandler {
   // Hands every waiting frame to TCP (in order), e.g. before a Bye or after a link is gone.
   void flush_waiting(int dst);
 
+  // The frame limits, with the current cluster's size and version.
+  FrameLimits limits() const;
   void on_offer(int src, const std::string& name);
   void on_reply(int src, const FrameHeader& h);
   void on_data(int src, const FrameHeader& h, const std::string& name);

@@ -92,13 +92,13 @@ void TcpTransport::connect_all(std::vector<std::string> addresses, uint64_t time
   addresses_ = std::move(addresses);
   on_ready_ = std::move(on_ready);
   connect_deadline_ = now_ms(loop_) + timeout_ms;
-  for (int r = 0; r < opt_.rank; ++r) start_connect(r);
+  for (int r = 0; r < opt_.cluster->rank; ++r) start_connect(r);
   uv_timer_start(&connect_timer_, [](uv_timer_t* t) {
     auto* self = static_cast<TcpTransport*>(t->data);
     if (!self->on_ready_) return;
     std::string missing;
-    for (int r = 0; r < self->opt_.size; ++r) {
-      if (r != self->opt_.rank && self->by_rank_[r] == nullptr) missing += " " + std::to_string(r);
+    for (int r = 0; r < self->opt_.cluster->size; ++r) {
+      if (r != self->opt_.cluster->rank && self->by_rank_[r] == nullptr) missing += " " + std::to_string(r);
     }
     std::string refusal = self->last_refusal_.empty()
                               ? ""
@@ -172,7 +172,7 @@ void TcpTransport::on_connected(Conn* c, int status) {
 }
 
 void TcpTransport::start_handshake(Conn* c) {
-  HandshakeParams params{opt_.rank, opt_.size, opt_.cluster_version, opt_.job_id, opt_.secret};
+  HandshakeParams params{opt_.cluster->rank, opt_.cluster->size, opt_.cluster->version, opt_.job_id, opt_.secret};
   bool dialer = c->dial_rank >= 0;
   c->hs = std::make_unique<Handshake>(std::move(params),
                                       dialer ? Handshake::Role::Dialer : Handshake::Role::Acceptor,
@@ -245,8 +245,8 @@ void TcpTransport::sweep_handshakes() {
 
 void TcpTransport::check_ready() {
   if (!on_ready_) return;
-  for (int r = 0; r < opt_.size; ++r) {
-    if (r != opt_.rank && by_rank_[r] == nullptr) return;
+  for (int r = 0; r < opt_.cluster->size; ++r) {
+    if (r != opt_.cluster->rank && by_rank_[r] == nullptr) return;
   }
   finish_ready({});
 }

@@ -117,8 +117,8 @@ void TcpTransport::Conn::process() {
 Status TcpTransport::Conn::consume_header() {
   hdr_have = 0;
   FrameLimits limits = owner->opt_.limits;
-  limits.world_size = static_cast<uint32_t>(owner->opt_.size);
-  limits.cluster_version = owner->opt_.cluster_version;
+  limits.world_size = static_cast<uint32_t>(owner->opt_.cluster->size);
+  limits.cluster_version = owner->opt_.cluster->version;
   Status s = decode_header(hdr, limits, &h);
   if (!s.is_ok()) return s;
   name.clear();

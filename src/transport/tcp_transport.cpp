@@ -19,7 +19,7 @@ void on_close(uv_handle_t* handle) {
 }  // namespace tcp
 
 TcpTransport::TcpTransport(uv_loop_t* loop, TcpOptions options, ReceiveHandler* handler)
-    : loop_(loop), opt_(std::move(options)), handler_(handler), by_rank_(opt_.size, nullptr) {
+    : loop_(loop), opt_(std::move(options)), handler_(handler), by_rank_(opt_.cluster->size, nullptr) {
   uv_timer_init(loop_, &connect_timer_);
   connect_timer_.data = this;
   uv_idle_init(loop_, &idle_);
@@ -36,7 +36,7 @@ TcpTransport::TcpTransport(uv_loop_t* loop, TcpOptions options, ReceiveHandler* 
 TcpTransport::~TcpTransport() = default;
 
 void TcpTransport::send(int dst, OutMessage msg) {
-  Conn* c = (dst >= 0 && dst < opt_.size) ? by_rank_[dst] : nullptr;
+  Conn* c = (dst >= 0 && dst < opt_.cluster->size) ? by_rank_[dst] : nullptr;
   if (c == nullptr || c->closing) {
     auto cb = std::move(msg.on_sent);
     if (cb) defer([cb, dst] { cb({Code::PeerLost, "no connection to rank " + std::to_string(dst)}); });
@@ -61,7 +61,7 @@ void TcpTransport::send(int dst, OutMessage msg) {
 }
 
 uint64_t TcpTransport::queued_bytes(int dst) const {
-  Conn* c = (dst >= 0 && dst < opt_.size) ? by_rank_[dst] : nullptr;
+  Conn* c = (dst >= 0 && dst < opt_.cluster->size) ? by_rank_[dst] : nullptr;
   return c == nullptr ? 0 : uv_stream_get_write_queue_size(c->stream());
 }
 
@@ -86,7 +86,7 @@ void TcpTransport::resume_reading(int src) {
 }
 
 void TcpTransport::drop(int rank, const Status& why) {
-  Conn* c = (rank >= 0 && rank < opt_.size) ? by_rank_[rank] : nullptr;
+  Conn* c = (rank >= 0 && rank < opt_.cluster->size) ? by_rank_[rank] : nullptr;
   if (c != nullptr) conn_failed(c, why);
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cluster.h"
 #include "monitor/link_counters.h"
 #include "transport/handshake.h"
 #include "transport/transport.h"
@@ -21,9 +22,8 @@
 namespace taiji {
 
 struct TcpOptions {
-  int rank = 0;
-  int size = 1;
-  uint32_t cluster_version = 0;
+  // The membership (rank, size, version), read where needed: it changes in place.
+  const Cluster* cluster = nullptr;
   std::string job_id;
   std::string listen_host;
   FrameLimits limits;

@@ -19,8 +19,8 @@ TcpTransport::WriteReq* TcpTransport::frame(Conn* c, OutMessage msg) {
   w->on_sent = std::move(msg.on_sent);
   w->payload = w->owned.empty() ? msg.payload : w->owned.data();
   w->len = w->owned.empty() ? msg.payload_len : w->owned.size();
-  msg.header.src_rank = static_cast<uint32_t>(opt_.rank);
-  msg.header.cluster_version = opt_.cluster_version;
+  msg.header.src_rank = static_cast<uint32_t>(opt_.cluster->rank);
+  msg.header.cluster_version = opt_.cluster->version;
   msg.header.name_len = static_cast<uint16_t>(w->name.size());
   msg.header.payload_len = w->len;
   encode_header(msg.header, w->header);

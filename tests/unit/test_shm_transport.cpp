@@ -63,6 +63,7 @@ FrameHeader from_rank1(MsgType type) {
 
 // Rank 0's ShmTransport, with both rings between it and rank 1 mapped.
 struct Pair {
+  Cluster cluster{kVersion, 0, 2, {}, {0, 0}};
   FakeTcp tcp;
   Engine engine;
   int polls_requested = 0;
@@ -72,9 +73,7 @@ struct Pair {
 
   Pair() {
     ShmOptions o;
-    o.rank = 0;
-    o.size = 2;
-    o.limits.cluster_version = kVersion;
+    o.cluster = &cluster;
     o.ring_bytes = kShmMinRingBytes;
     o.request_poll = [this] { ++polls_requested; };
     shm = std::make_unique<ShmTransport>(o, &tcp, &engine);
