@@ -60,6 +60,9 @@ Peer::Peer(const Config& config)
   engine_ = std::make_unique<OpEngine>(&loop_, eo, &names_);
   engine_->set_fatal_handler([this](const Status& s) { set_error(s); });
   engine_->set_timeout_handler([this](const Status& s) { dump_flight_recorder(s); });
+  engine_->serve(router_);
+  probes_ = std::make_unique<RttProbes>(config_.rank, config_.size, metrics_.get());
+  probes_->serve(router_);
   if (config_.fusion == 1 && config_.size > 1) {
     FusionOptions fo;
     fo.rank = config_.rank;
@@ -107,9 +110,10 @@ Peer::Peer(const Config& config)
   so.link_counters = to.link_counters;
   so.request_poll = [this] { run_on_loop([this] { shm_->poll(); }); };
   transport_ = std::make_unique<TcpTransport>(&loop_, to, nullptr);
-  shm_ = std::make_unique<ShmTransport>(so, transport_.get(), engine_.get());
+  shm_ = std::make_unique<ShmTransport>(so, transport_.get(), &router_);
   transport_->set_handler(shm_.get());
   engine_->set_transport(shm_.get());
+  probes_->set_transport(shm_.get());
 }
 
 Result<std::unique_ptr<Peer>> Peer::create(const Config& config) {

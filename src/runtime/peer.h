@@ -26,6 +26,8 @@
 #include "runtime/post_groups.h"
 #include "runtime/progress.h"
 #include "runtime/rendezvous.h"
+#include "runtime/router.h"
+#include "runtime/rtt_probes.h"
 #include "topology/selection.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
@@ -201,6 +203,8 @@ class Peer final : private LoopBaton::Driver {
   std::unique_ptr<TcpTransport> transport_;
   std::unique_ptr<ShmTransport> shm_;    // over transport_: what the engine sends through
   std::unique_ptr<OpEngine> engine_;
+  Router router_;                        // what the transports deliver to: engine_, probes_
+  std::unique_ptr<RttProbes> probes_;
   std::unique_ptr<Fusion> fusion_;       // null: fusion off
   std::unique_ptr<RendezvousServer> rendezvous_server_;
   // Adaptive mode: lends the loop to waiters. Requests share it; it outlives the loop.
