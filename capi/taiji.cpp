@@ -18,24 +18,16 @@
 
 namespace {
 
-static_assert(static_cast<int>(taiji::Code::InProgress) == TAIJI_IN_PROGRESS);
-static_assert(static_cast<int>(taiji::Code::InvalidArgument) == TAIJI_ERR_INVALID_ARGUMENT);
-static_assert(static_cast<int>(taiji::Code::NoMemory) == TAIJI_ERR_NO_MEMORY);
-static_assert(static_cast<int>(taiji::Code::Timeout) == TAIJI_ERR_TIMEOUT);
-static_assert(static_cast<int>(taiji::Code::Mismatch) == TAIJI_ERR_MISMATCH);
-static_assert(static_cast<int>(taiji::Code::PeerLost) == TAIJI_ERR_PEER_LOST);
-static_assert(static_cast<int>(taiji::Code::Duplicate) == TAIJI_ERR_DUPLICATE);
-static_assert(static_cast<int>(taiji::Code::StaleVersion) == TAIJI_ERR_STALE_VERSION);
-static_assert(static_cast<int>(taiji::Code::Protocol) == TAIJI_ERR_PROTOCOL);
-static_assert(static_cast<int>(taiji::Code::Io) == TAIJI_ERR_IO);
-static_assert(static_cast<int>(taiji::Code::Config) == TAIJI_ERR_CONFIG);
-static_assert(static_cast<int>(taiji::Code::Aborted) == TAIJI_ERR_ABORTED);
-static_assert(static_cast<int>(taiji::Code::Finalized) == TAIJI_ERR_FINALIZED);
-static_assert(static_cast<int>(taiji::Code::VersionMismatch) == TAIJI_ERR_VERSION);
-static_assert(static_cast<int>(taiji::Code::Internal) == TAIJI_ERR_INTERNAL);
-static_assert(static_cast<int>(taiji::Code::Unsupported) == TAIJI_ERR_UNSUPPORTED);
-static_assert(static_cast<int>(taiji::Code::Bootstrap) == TAIJI_ERR_BOOTSTRAP);
-static_assert(static_cast<int>(taiji::Code::Auth) == TAIJI_ERR_AUTH);
+#define TAIJI_SAME_CODE_(code, public_name, value, label) \
+  static_assert(static_cast<int>(taiji::Code::code) == TAIJI_##public_name);
+TAIJI_CODE_LIST(TAIJI_SAME_CODE_)
+#undef TAIJI_SAME_CODE_
+#define TAIJI_COUNT_CODE_(code, public_name, value, label) +1
+#define TAIJI_COUNT_STATUS_(name, value, text) +1
+static_assert(0 TAIJI_CODE_LIST(TAIJI_COUNT_CODE_) == 0 TAIJI_STATUS_LIST(TAIJI_COUNT_STATUS_),
+              "a public status without an internal Code (or the other way round)");
+#undef TAIJI_COUNT_STATUS_
+#undef TAIJI_COUNT_CODE_
 static_assert(static_cast<int>(taiji::DType::U64) == TAIJI_U64);
 static_assert(static_cast<int>(taiji::DType::BF16) == TAIJI_BF16);
 static_assert(static_cast<int>(taiji::RedOp::Avg) == TAIJI_AVG);

@@ -1,5 +1,4 @@
 // Errors are values: every fallible internal call returns a Status or a Result<T>.
-// The numeric codes equal the public taiji_status_t values (checked in capi/).
 #pragma once
 
 #include <cstdint>
@@ -9,27 +8,47 @@
 
 namespace taiji {
 
+// X(Code, public name after TAIJI_, value, metrics label). The public header lists the same
+// codes for C (it stands alone); capi/ checks, from this list, that every code has its public
+// twin with the same number and that neither list has one the other lacks.
+#define TAIJI_CODE_LIST(X)                                        \
+  X(Ok, OK, 0, "ok")                                              \
+  X(InProgress, IN_PROGRESS, 1, "in_progress")                    \
+  X(InvalidArgument, ERR_INVALID_ARGUMENT, -1, "invalid_argument") \
+  X(NoMemory, ERR_NO_MEMORY, -2, "no_memory")                     \
+  X(Timeout, ERR_TIMEOUT, -3, "timeout")                          \
+  X(Mismatch, ERR_MISMATCH, -4, "mismatch")                       \
+  X(PeerLost, ERR_PEER_LOST, -5, "peer_lost")                     \
+  X(Duplicate, ERR_DUPLICATE, -6, "duplicate")                    \
+  X(StaleVersion, ERR_STALE_VERSION, -7, "stale_version")         \
+  X(Protocol, ERR_PROTOCOL, -8, "protocol")                       \
+  X(Io, ERR_IO, -9, "io")                                         \
+  X(Config, ERR_CONFIG, -10, "config")                            \
+  X(Aborted, ERR_ABORTED, -11, "aborted")                         \
+  X(Finalized, ERR_FINALIZED, -12, "finalized")                   \
+  X(VersionMismatch, ERR_VERSION, -13, "version")                 \
+  X(Internal, ERR_INTERNAL, -14, "internal")                      \
+  X(Unsupported, ERR_UNSUPPORTED, -15, "unsupported")             \
+  X(Bootstrap, ERR_BOOTSTRAP, -16, "bootstrap")                   \
+  X(Auth, ERR_AUTH, -17, "auth")
+
 enum class Code : int32_t {
-  Ok = 0,
-  InProgress = 1,
-  InvalidArgument = -1,
-  NoMemory = -2,
-  Timeout = -3,
-  Mismatch = -4,
-  PeerLost = -5,
-  Duplicate = -6,
-  StaleVersion = -7,
-  Protocol = -8,
-  Io = -9,
-  Config = -10,
-  Aborted = -11,
-  Finalized = -12,
-  VersionMismatch = -13,
-  Internal = -14,
-  Unsupported = -15,
-  Bootstrap = -16,
-  Auth = -17,
+#define TAIJI_CODE_ENUM_(code, public_name, value, label) code = value,
+  TAIJI_CODE_LIST(TAIJI_CODE_ENUM_)
+#undef TAIJI_CODE_ENUM_
 };
+
+// "ok", "timeout", "peer_lost", ...; nullptr for a value off the list.
+constexpr const char* code_label(int32_t code) {
+  switch (code) {
+#define TAIJI_CODE_LABEL_(code, public_name, value, label) \
+  case value:                                              \
+    return label;
+    TAIJI_CODE_LIST(TAIJI_CODE_LABEL_)
+#undef TAIJI_CODE_LABEL_
+  }
+  return nullptr;
+}
 
 class Status {
  public:

@@ -16,29 +16,9 @@ constexpr uint64_t kStuckFailureMs = 1000;
 // still not taking (or giving) its data is the unresponsive one, so cut sooner.
 constexpr uint64_t kStuckTimeoutMs = 250;
 constexpr uint64_t kMaxAbortReason = 4096;
-// What one held early item costs against the early-arrival cap beyond its payload and
-// its op's name, so that a flood of empty frames for unposted ops is bounded too.
-constexpr uint64_t kEarlyItemCost = 128;
-// Answers to a rank's stall Queries are skipped while this much is already queued for it:
-// a rank that asks without reading cannot make this peer queue without bound.
-constexpr uint64_t kMaxQueuedForAnswer = 64 << 10;
 
-uint64_t item_cost(const std::string& name) { return kEarlyItemCost + name.size(); }
-
-std::string kind_name(OpKind k) {
-  switch (k) {
-    case OpKind::Allreduce: return "allreduce";
-    case OpKind::Broadcast: return "broadcast";
-    case OpKind::Barrier: return "barrier";
-    case OpKind::Allgather: return "allgather";
-    case OpKind::Reduce: return "reduce";
-    case OpKind::Gather: return "gather";
-    case OpKind::ReduceScatter: return "reduce_scatter";
-    case OpKind::Consensus: return "consensus";
-    case OpKind::None: break;
-  }
-  return "op";
-}
+// A frame of kind None names no op, but its text still reads as one.
+std::string kind_name(OpKind k) { return k == OpKind::None ? "op" : op_kind_name(k); }
 
 std::string op_title(OpKind kind, const std::string& name, uint64_t version) {
   return kind_name(kind) + " '" + name + "' version " + std::to_string(version);
@@ -56,12 +36,6 @@ std::string describe(OpKind kind, uint64_t count, uint8_t dtype, uint8_t redop, 
   }
   if (op_kind_rooted(kind)) s += " root " + std::to_string(root);
   return s + " topology " + fmt::format("{:06x}", topology);
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : " ") + std::to_string(r);
-  return s;
 }
 
 }  // namespace
@@ -84,7 +58,6 @@ struct OpEngine::Active {
   uint64_t failed_at = 0;
   uint64_t stuck_after = kStuckFailureMs;
   uint64_t started = 0;
-  std::vector<int8_t> posted_at;             // stall watchdog, per rank: -1 unknown, 0 no, 1 yes
   bool stall_asked = false;
   OpStart trace;                             // what the metrics know of it
   uint64_t metrics_token = 0;                // 0: not counted (metrics off)
@@ -97,12 +70,29 @@ OpEngine::OpEngine(uv_loop_t* loop, EngineOptions options, NameTable* names)
     : loop_(loop),
       opt_(options),
       names_(names),
-      rx_early_(options.size, nullptr),
+      early_({options.size, options.unexpected_bytes,
+              std::max(options.eager_bytes, options.unexpected_bytes), options.metrics,
+              [this](int src) { transport_->pause_reading(src); },
+              [this](int src) { transport_->resume_reading(src); }}),
+      stalls_({options.rank, options.size, options.held}, names,
+              [this](const Key& key, StallWatchdog::OpState* out) { return stall_state(key, out); }),
       rx_abort_(options.size),
       departed_(options.size, false),
       rx_op_(options.size, nullptr) {}
 
 OpEngine::~OpEngine() = default;
+
+void OpEngine::set_transport(Transport* transport) {
+  transport_ = transport;
+  stalls_.set_transport(transport);
+}
+
+void OpEngine::serve(Router& router) {
+  router.add(MsgType::Ready, this);
+  router.add(MsgType::Data, this);
+  router.add(MsgType::Abort, this);
+  stalls_.serve(router);
+}
 
 FrameHeader OpEngine::header_for(const Active& op, MsgType type) const {
   const CollectiveSpec& s = op.op->spec();
@@ -148,7 +138,7 @@ void OpEngine::start(PostedOp posted) {
   }
   if (ref.op->out_of_memory()) {
     // Every rank hears of it (an Abort), so none waits for this one until its deadline.
-    discard_early(ref.key);
+    early_.discard(ref.key);
     mismatch(ref, {Code::NoMemory, ref.title() + ": out of memory for the op's buffers"});
     return maybe_finish(ref);
   }
@@ -157,11 +147,11 @@ void OpEngine::start(PostedOp posted) {
 }
 
 void OpEngine::begin(Active& op) {
-  auto early_it = early_.find(op.key);
-  if (!closed_.is_ok() || (early_it != early_.end() && !early_it->second.abort.is_ok())) {
-    Status why = closed_.is_ok() ? early_it->second.abort : closed_;
-    discard_early(op.key);
-    return fail(op, why);
+  const bool early = early_.holds(op.key);
+  Status aborted = early ? early_.abort_for(op.key) : Status{};
+  if (!closed_.is_ok() || !aborted.is_ok()) {
+    early_.discard(op.key);
+    return fail(op, closed_.is_ok() ? aborted : closed_);
   }
   for (int src : op.op->sources()) {
     OutMessage m;
@@ -171,89 +161,19 @@ void OpEngine::begin(Active& op) {
   }
   std::vector<ChunkSend> sends;
   op.op->start(&sends);
-  if (early_it == early_.end()) {
+  if (!early) {
     dispatch(op, sends);
     return fail_if_departed(op);
   }
-  std::vector<FrameHeader> readies = std::move(early_it->second.readies);
-  std::vector<std::unique_ptr<EarlyData>> arrived;
-  auto& list = early_it->second.data;
-  for (auto d = list.begin(); d != list.end();) {
-    if ((*d)->complete) {
-      arrived.push_back(std::move(*d));
-      d = list.erase(d);
-    } else {
-      ++d;  // still arriving: frame_done hands it over
-    }
-  }
-  if (list.empty()) early_.erase(early_it);
-  release_early_bytes(readies.size() * item_cost(op.key.first));
-  for (auto& d : arrived) release_early_bytes(d->payload.size() + item_cost(op.key.first));
-  for (const FrameHeader& h : readies) {
+  EarlyArrivals::Claimed claimed = early_.claim(op.key);
+  for (const FrameHeader& h : claimed.readies) {
     if (!op.failed) on_ready(op, h);
   }
   dispatch(op, sends);
-  for (auto& d : arrived) {
+  for (auto& d : claimed.data) {
     if (!op.failed) deliver_early(op, *d);
   }
   fail_if_departed(op);
-}
-
-void OpEngine::discard_early(const Key& key) {
-  auto it = early_.find(key);
-  if (it == early_.end()) return;
-  Early& e = it->second;
-  const uint64_t item = item_cost(key.first);
-  uint64_t bytes = e.readies.size() * item + (e.abort.is_ok() ? 0 : item + e.abort.message().size());
-  e.readies.clear();
-  e.abort = Status{};
-  for (auto d = e.data.begin(); d != e.data.end();) {
-    if ((*d)->complete) {
-      bytes += (*d)->payload.size() + item;
-      d = e.data.erase(d);
-    } else {
-      ++d;  // its frame is still being read into it; frame_done frees it
-    }
-  }
-  if (e.data.empty()) early_.erase(it);
-  release_early_bytes(bytes);
-}
-
-void OpEngine::hold_early_bytes(uint64_t bytes) {
-  early_bytes_ += bytes;
-  if (opt_.metrics != nullptr) opt_.metrics->note_early_bytes(early_bytes_);
-}
-
-void OpEngine::charge_early(int src, uint64_t bytes) {
-  hold_early_bytes(bytes);
-  if (early_bytes_ > opt_.unexpected_bytes && paused_.insert(src).second) {
-    log().info("early-arrival buffer full ({} bytes); pausing reads from rank {}", early_bytes_, src);
-    if (opt_.metrics != nullptr) opt_.metrics->link_counters()[src].add_read_pause();
-    transport_->pause_reading(src);
-  }
-}
-
-std::unique_ptr<OpEngine::EarlyData> OpEngine::unlink_early(std::map<Key, Early>::iterator e,
-                                                          const EarlyData* item) {
-  auto& list = e->second.data;
-  auto pos = std::find_if(list.begin(), list.end(), [&](const auto& d) { return d.get() == item; });
-  if (pos == list.end()) return nullptr;
-  std::unique_ptr<EarlyData> mine = std::move(*pos);
-  const uint64_t bytes = mine->payload.size() + item_cost(e->first.first);
-  list.erase(pos);
-  if (list.empty() && e->second.readies.empty() && e->second.abort.is_ok()) early_.erase(e);
-  release_early_bytes(bytes);
-  return mine;
-}
-
-void OpEngine::drop_partial_early(int src) {
-  EarlyData* partial = rx_early_[src];
-  if (partial == nullptr) return;
-  rx_early_[src] = nullptr;
-  // Its key is not at hand here; a link goes down rarely enough to look through them all.
-  for (auto e = early_.begin(); e != early_.end(); ++e) {
-    if (unlink_early(e, partial)) return;
-  }
 }
 
 void OpEngine::fail_if_departed(Active& op) {
@@ -355,7 +275,7 @@ void OpEngine::on_ready(Active& op, const FrameHeader& h) {
   for (const ChunkSend& s : held) send_chunk(op, s);
 }
 
-void OpEngine::deliver_early(Active& op, const EarlyData& d) {
+void OpEngine::deliver_early(Active& op, const EarlyArrivals::Data& d) {
   const FrameHeader& h = d.header;
   int src = static_cast<int>(h.src_rank);
   Status m = check_match(op, h);
@@ -410,6 +330,7 @@ void OpEngine::maybe_finish(Active& op) {
   std::unique_ptr<Active> owned = std::move(it->second);
   ops_.erase(it);
   names_->release(owned->key.first, owned->key.second);
+  if (owned->stall_asked) stalls_.forget(owned->key);
   Status result = owned->failed ? owned->failure : Status{};
   if (owned->finish_hook) result = owned->finish_hook(result);
   if (owned->metrics_token != 0) {
@@ -417,13 +338,6 @@ void OpEngine::maybe_finish(Active& op) {
                            result.message(), monotonic_ns());
   }
   owned->request->complete(result);
-}
-
-void OpEngine::release_early_bytes(uint64_t bytes) {
-  early_bytes_ -= bytes;
-  if (early_bytes_ > opt_.unexpected_bytes || paused_.empty()) return;
-  for (int src : paused_) transport_->resume_reading(src);
-  paused_.clear();
 }
 
 Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& name,
@@ -440,14 +354,9 @@ Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& 
     *target = rx_abort_[src].data();
     return {};
   }
-  if (h.type == MsgType::Query || h.type == MsgType::Answer) {
-    if (h.payload_len != 0) return {Code::Protocol, "Query/Answer frame with a payload"};
-    return {};
-  }
-  if (h.type != MsgType::Data) return {Code::Protocol, "unexpected frame type"};
   // A transport hands over one frame at a time per source; a second one inside the first
   // (a mailbox record slipped into a TCP payload) would take over its receive state.
-  if (rx_op_[src] != nullptr || rx_early_[src] != nullptr) {
+  if (rx_op_[src] != nullptr || early_.arriving(src)) {
     return {Code::Protocol, "a data frame from rank " + std::to_string(src) + " began inside another"};
   }
   auto it = ops_.find(key);
@@ -477,22 +386,8 @@ Status OpEngine::accept_frame(int src, const FrameHeader& h, const std::string& 
     return {};
   }
   // A real member sends data before the receiver's Ready only up to the eager size (far
-  // below the cap by default); a larger frame is refused before it is allocated.
-  if (h.payload_len > std::max(opt_.eager_bytes, opt_.unexpected_bytes)) {
-    return {Code::Protocol, "early data for '" + name + "' version " + std::to_string(h.op_version) +
-                                " of " + std::to_string(h.payload_len) +
-                                " bytes exceeds the early-arrival cap " +
-                                std::to_string(opt_.unexpected_bytes)};
-  }
-  auto data = std::make_unique<EarlyData>();
-  data->header = h;
-  data->payload.resize(h.payload_len);
-  *target = data->payload.data();
-  rx_early_[src] = data.get();
-  early_[key].data.push_back(std::move(data));
-  // Counted now, paused (if over the cap) once the payload is in: frame_done.
-  hold_early_bytes(h.payload_len + item_cost(name));
-  return {};
+  // below the cap by default); the pool refuses a larger frame before it is allocated.
+  return early_.begin_data(src, key, h, target);
 }
 
 void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name) {
@@ -505,18 +400,7 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
         if (!op->failed) on_ready(*op, h);
         maybe_finish(*op);
       } else if (closed_.is_ok() && !names_->is_past(name, h.op_version)) {
-        early_[key].readies.push_back(h);
-        charge_early(src, item_cost(name));
-      }
-      return;
-    case MsgType::Query:
-      answer_query(src, h, name);
-      return;
-    case MsgType::Answer:
-      if (op != nullptr) {
-        on_answer(*op, src, h.chunk != 0);
-      } else if (opt_.metrics != nullptr && name == kProbeName) {
-        opt_.metrics->rtt_reply(src, static_cast<uint32_t>(h.op_version), monotonic_ns());
+        early_.hold_ready(src, key, h);
       }
       return;
     case MsgType::Abort: {
@@ -529,23 +413,17 @@ void OpEngine::frame_done(int src, const FrameHeader& h, const std::string& name
         fail(*op, why);
         maybe_finish(*op);
       } else if (closed_.is_ok() && !names_->is_past(name, h.op_version)) {
-        Early& e = early_[key];
-        if (!e.abort.is_ok()) release_early_bytes(item_cost(name) + e.abort.message().size());
-        e.abort = why;
-        charge_early(src, item_cost(name) + why.message().size());
+        early_.hold_abort(src, key, why);
       }
       return;
     }
     default:
       break;
   }
-  if (EarlyData* early = rx_early_[src]) {
-    rx_early_[src] = nullptr;
-    early->complete = true;
+  if (early_.arriving(src)) {
     // The op may have been posted, or even have ended, while this payload arrived.
     bool ended = op == nullptr && (!closed_.is_ok() || names_->is_past(name, h.op_version));
-    if (op == nullptr && !ended) return charge_early(src, 0);
-    std::unique_ptr<EarlyData> mine = unlink_early(early_.find(key), early);
+    std::unique_ptr<EarlyArrivals::Data> mine = early_.complete(src, key, op == nullptr && !ended);
     if (op == nullptr) return;
     if (!op->failed) deliver_early(*op, *mine);
     return maybe_finish(*op);
@@ -565,7 +443,7 @@ void OpEngine::link_down(int src, bool graceful, const Status& why) {
     rx_op_[src] = nullptr;
     op->receiving--;
   }
-  drop_partial_early(src);
+  early_.drop_partial(src);
   std::vector<Key> keys;
   for (auto& [key, op] : ops_) keys.push_back(key);
   if (!graceful) {
@@ -590,7 +468,7 @@ void OpEngine::transport_closed() {
     if (op != nullptr) op->receiving--;
     op = nullptr;
   }
-  std::fill(rx_early_.begin(), rx_early_.end(), nullptr);
+  early_.abandon_partials();
   fail_all(closed_.is_ok() ? Status{Code::Finalized, "peer closed"} : closed_);
 }
 
@@ -607,58 +485,15 @@ void OpEngine::fail_all(const Status& why) {
     if (it != ops_.end()) maybe_finish(*it->second);
   }
   // Payloads still arriving keep their buffers until their frame ends.
-  std::vector<Key> early_keys;
-  for (auto& [key, e] : early_) early_keys.push_back(key);
-  for (const Key& key : early_keys) discard_early(key);
+  early_.discard_if([](const Key&) { return true; });
 }
 
-void OpEngine::ask_stalled(Active& op) {
-  op.stall_asked = true;
-  op.posted_at.assign(opt_.size, -1);
-  op.posted_at[opt_.rank] = 1;
-  for (int r = 0; r < opt_.size; ++r) {
-    if (r == opt_.rank) continue;
-    if (departed_[r]) {
-      op.posted_at[r] = 0;
-      continue;
-    }
-    OutMessage m;
-    m.header = header_for(op, MsgType::Query);
-    m.name = op.key.first;
-    transport_->send(r, std::move(m));
-  }
-  if (opt_.size == 1) on_answer(op, opt_.rank, true);
-}
-
-void OpEngine::answer_query(int src, const FrameHeader& h, const std::string& name) {
-  if (transport_->queued_bytes(src) > kMaxQueuedForAnswer) return;
-  OutMessage m;
-  m.header.type = MsgType::Answer;
-  m.header.op_kind = h.op_kind;
-  m.header.op_version = h.op_version;
-  const bool posted = names_->posted(name, h.op_version) && !(opt_.held && opt_.held(name, h.op_version));
-  m.header.chunk = posted ? 1 : 0;
-  m.name = name;
-  transport_->send(src, std::move(m));
-}
-
-void OpEngine::on_answer(Active& op, int src, bool posted) {
-  if (!op.stall_asked || op.failed || op.posted_at[src] != -1) return;
-  op.posted_at[src] = posted ? 1 : 0;
-  std::vector<int> missing;
-  for (int r = 0; r < opt_.size; ++r) {
-    if (op.posted_at[r] == -1) return;
-    if (op.posted_at[r] == 0) missing.push_back(r);
-  }
-  uint64_t age = uv_now(loop_) - op.started;
-  if (!missing.empty()) {
-    log().warn("stall: {} posted here {} ms ago; rank(s) {} have not posted it", op.title(), age,
-               rank_list(missing));
-    return;
-  }
-  auto waiting = op.op->waiting_on();
-  log().warn("stall: {} posted here {} ms ago is posted on every rank; waiting for data from "
-             "rank(s) {}", op.title(), age, waiting.empty() ? "none" : rank_list(waiting));
+bool OpEngine::stall_state(const Key& key, StallWatchdog::OpState* out) const {
+  auto it = ops_.find(key);
+  if (it == ops_.end() || it->second->failed) return false;
+  const Active& op = *it->second;
+  *out = {op.title(), uv_now(loop_) - op.started, op.op->waiting_on()};
+  return true;
 }
 
 Status OpEngine::describe_timeout(const Active& op) const {
@@ -670,23 +505,9 @@ Status OpEngine::describe_timeout(const Active& op) const {
     if (!op.held[r].empty()) unready.push_back(r);
   }
   if (!unready.empty()) s += "; rank(s) " + rank_list(unready) + " never posted it";
-  std::vector<int> unposted;
-  for (int r = 0; op.stall_asked && r < opt_.size; ++r) {
-    if (op.posted_at[r] == 0) unposted.push_back(r);
-  }
+  const std::vector<int> unposted = op.stall_asked ? stalls_.unposted(op.key) : std::vector<int>{};
   if (!unposted.empty()) s += "; rank(s) " + rank_list(unposted) + " had not posted it when asked";
   return {Code::Timeout, s};
-}
-
-void OpEngine::send_probes(uint32_t round) {
-  for (int r = 0; r < opt_.size; ++r) {
-    if (r == opt_.rank || departed_[r]) continue;
-    OutMessage m;
-    m.header.type = MsgType::Query;
-    m.header.op_version = round;
-    m.name = kProbeName;
-    transport_->send(r, std::move(m));
-  }
 }
 
 void OpEngine::tick() {
@@ -700,7 +521,8 @@ void OpEngine::tick() {
     Active& op = *it->second;
     if (!op.failed && !op.stall_asked && opt_.stall_warn_ms > 0 &&
         now >= op.started + opt_.stall_warn_ms) {
-      ask_stalled(op);
+      op.stall_asked = true;
+      stalls_.ask(key, header_for(op, MsgType::Query), departed_);
     }
     if (!op.failed && now >= op.deadline) {
       Status why = describe_timeout(op);
@@ -722,19 +544,11 @@ void OpEngine::tick() {
     }
   }
   if (!first_timeout.is_ok() && on_timeout_) on_timeout_(first_timeout);
-  discard_past_early();
-}
-
-void OpEngine::discard_past_early() {
   // Frames for a version this peer will never post (another peer's op that failed here
   // first, a fusion group of a round that failed only here): once a later version of the
   // name has ended, nothing can claim them, and their bytes would count against the
   // early-arrival cap for good, until reads from their sender paused for ever.
-  std::vector<Key> past;
-  for (const auto& [key, early] : early_) {
-    if (names_->is_past(key.first, key.second)) past.push_back(key);
-  }
-  for (const Key& key : past) discard_early(key);
+  early_.discard_if([this](const Key& key) { return names_->is_past(key.first, key.second); });
 }
 
 }  // namespace taiji

@@ -1,7 +1,9 @@
-// The op engine: matches arriving frames to posted ops by (name, version), holds early
-// arrivals, runs the Ready handshake that keeps bulk data from waiting on a connection
-// for an op its receiver has not posted, enforces deadlines, and spreads failures
-// (mismatch, lost peers) to every rank. Runs on the peer's I/O thread only.
+// The op engine: matches arriving frames to posted ops by (name, version), keeps what
+// comes before its op in the early-arrival pool, runs the Ready handshake that keeps bulk
+// data from waiting on a connection for an op its receiver has not posted, enforces
+// deadlines, starts the stall watchdog, and spreads failures (mismatch, lost peers) to
+// every rank. The router's service for Ready, Data and Abort. Runs on the peer's I/O
+// thread only.
 #pragma once
 
 #include <uv.h>
@@ -10,14 +12,16 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "collectives/collective_op.h"
 #include "monitor/metrics.h"
+#include "runtime/early_arrivals.h"
 #include "runtime/name_table.h"
 #include "runtime/request.h"
+#include "runtime/router.h"
+#include "runtime/stall_watchdog.h"
 #include "transport/transport.h"
 
 namespace taiji {
@@ -53,15 +57,13 @@ class OpEngine final : public ReceiveHandler {
  public:
   OpEngine(uv_loop_t* loop, EngineOptions options, NameTable* names);
   ~OpEngine() override;
-  void set_transport(Transport* transport) { transport_ = transport; }
+  void set_transport(Transport* transport);
+  // Registers the engine's frames, and the stall watchdog's, with the router.
+  void serve(Router& router);
   // Called with the error that makes the whole peer unusable (a lost peer).
   void set_fatal_handler(std::function<void(const Status&)> fn) { on_fatal_ = std::move(fn); }
   // Called after ops timed out in one tick (the flight recorder dump), with the first.
   void set_timeout_handler(std::function<void(const Status&)> fn) { on_timeout_ = std::move(fn); }
-  // Sends a round-trip probe to every other rank (a Query under kProbeName, whose Answer
-  // every peer gives); replies go to the metrics.
-  void send_probes(uint32_t round);
-  static constexpr const char* kProbeName = "taiji.probe";
 
   void start(PostedOp posted);
   // Deadlines and stuck failed ops; call periodically.
@@ -70,9 +72,7 @@ class OpEngine final : public ReceiveHandler {
   void fail_all(const Status& why);
   bool idle() const { return ops_.empty(); }
   // Frames for (name, version) arrived before this peer started the op.
-  bool has_early(const std::string& name, uint64_t version) const {
-    return early_.count({name, version}) != 0;
-  }
+  bool has_early(const std::string& name, uint64_t version) const { return early_.holds({name, version}); }
   // The transport closed every link: nothing more arrives into any op's buffers.
   void transport_closed();
 
@@ -84,17 +84,6 @@ class OpEngine final : public ReceiveHandler {
  private:
   using Key = std::pair<std::string, uint64_t>;
   struct Active;
-  struct EarlyData {
-    FrameHeader header;
-    std::vector<uint8_t> payload;
-    bool complete = false;
-  };
-  struct Early {
-    std::vector<FrameHeader> readies;
-    std::vector<std::unique_ptr<EarlyData>> data;
-    Status abort;
-  };
-
   // Only the entry points (start, frame_done, link_down, tick, fail_all and write
   // completions) call maybe_finish, as their last touch of an op: it may destroy it.
   void begin(Active& op);
@@ -105,31 +94,14 @@ class OpEngine final : public ReceiveHandler {
   // A chunk's payload is in place (read straight into the op): advance the op.
   void deliver(Active& op, int src, const FrameHeader& h);
   // A chunk that arrived before its op: check it, copy it in place, advance the op.
-  void deliver_early(Active& op, const EarlyData& d);
+  void deliver_early(Active& op, const EarlyArrivals::Data& d);
   Status plan_mismatch(const Active& op, const Status& why) const;
-  // Drops what is held for key (but payloads still being read), releasing its bytes.
-  void discard_early(const Key& key);
-  // Counts bytes held early; past the cap, reads from src pause (call only between frames:
-  // a pause inside one would stop the very payload that frees the bytes).
-  void charge_early(int src, uint64_t bytes);
-  // Counts bytes held early (and their high-water mark in the metrics), pausing nothing.
-  void hold_early_bytes(uint64_t bytes);
-  // Takes item out of entry e's list (dropping the entry once it holds nothing) and
-  // releases its bytes; null if the list does not hold it.
-  std::unique_ptr<EarlyData> unlink_early(std::map<Key, Early>::iterator e, const EarlyData* item);
-  // The early frame src was sending when its link went down: dropped, its bytes released.
-  void drop_partial_early(int src);
   Status check_match(const Active& op, const FrameHeader& h) const;
   void mismatch(Active& op, const Status& why);
   void fail(Active& op, const Status& why);
   void maybe_finish(Active& op);
-  void release_early_bytes(uint64_t bytes);
-  void discard_past_early();
   Status describe_timeout(const Active& op) const;
-  // The stall watchdog: ask, answer, and report once every answer is in.
-  void ask_stalled(Active& op);
-  void answer_query(int src, const FrameHeader& h, const std::string& name);
-  void on_answer(Active& op, int src, bool posted);
+  bool stall_state(const Key& key, StallWatchdog::OpState* out) const;
   FrameHeader header_for(const Active& op, MsgType type) const;
 
   uv_loop_t* loop_;
@@ -139,13 +111,11 @@ class OpEngine final : public ReceiveHandler {
   std::function<void(const Status&)> on_fatal_;
   std::function<void(const Status&)> on_timeout_;
   std::map<Key, std::unique_ptr<Active>> ops_;
-  std::map<Key, Early> early_;
-  std::vector<EarlyData*> rx_early_;       // per source: the early frame being received
+  EarlyArrivals early_;
+  StallWatchdog stalls_;
   std::vector<std::vector<uint8_t>> rx_abort_;  // per source: an Abort's reason text
   std::vector<bool> departed_;             // ranks that finalized (said Bye)
   std::vector<Active*> rx_op_;             // per source: the op a payload is read into
-  std::set<int> paused_;
-  uint64_t early_bytes_ = 0;
   Status closed_;                          // non-ok: no new ops start
 };
 

@@ -69,10 +69,14 @@ Peer::Peer(const Config& config)
   ho.bind = [this](PostedOp& op) { poster_.bind(op); };
   ho.bind_by_size = [this](PostedOp& op) { poster_.bind_by_size(op); };
 
-  // The engine is built before the transports deliver to it, and they before it sends.
+  // The services are built before the transports deliver to them, and they before they send.
   host_ = std::make_unique<HostBackend>(std::move(ho), &io_, &names_);
-  transports_ = std::make_unique<TransportStack>(io_.uv(), to, so, &host_->engine());
+  probes_ = std::make_unique<RttProbes>(config_.rank, config_.size, metrics_.get());
+  host_->engine().serve(router_);
+  probes_->serve(router_);
+  transports_ = std::make_unique<TransportStack>(io_.uv(), to, so, &router_);
   host_->set_transports(transports_.get());
+  probes_->set_transport(&transports_->top());
   host_->engine().set_fatal_handler([this](const Status& s) { set_error(s); });
   host_->engine().set_timeout_handler([this](const Status& s) { dump_flight_recorder(s); });
   io_.set_transports(transports_.get());

@@ -22,6 +22,8 @@
 #include "runtime/name_table.h"
 #include "runtime/op_poster.h"
 #include "runtime/rendezvous.h"
+#include "runtime/router.h"
+#include "runtime/rtt_probes.h"
 #include "transport/transport_stack.h"
 
 namespace taiji {
@@ -137,8 +139,10 @@ class Peer final : private ClusterListener {
   uint64_t dumps_ = 0;                   // I/O thread only
 
   IoLoop io_;
+  Router router_;                        // what the transports deliver to: the services
   std::unique_ptr<TransportStack> transports_;
   std::unique_ptr<HostBackend> host_;
+  std::unique_ptr<RttProbes> probes_;
   OpPoster poster_;
   std::unique_ptr<RendezvousServer> rendezvous_server_;
 

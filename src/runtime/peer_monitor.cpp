@@ -104,7 +104,7 @@ Status Peer::probe_rtt(int64_t timeout_ms) {
   const uint32_t round = metrics_->rtt_begin();
   run_on_loop([this, round] {
     metrics_->rtt_sending(round, monotonic_ns());
-    host_->engine().send_probes(round);
+    probes_->send(round);
   });
   return metrics_->rtt_wait(round, others, timeout_ms);
 }

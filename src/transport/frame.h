@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/op_kind.h"
 #include "common/status.h"
 
 namespace taiji {
@@ -37,29 +38,6 @@ enum class MsgType : uint8_t {
   ShmBell = 12,   // frames wait in the shared-memory mailbox (no payload)
 };
 constexpr uint8_t kMaxMsgType = 12;
-
-enum class OpKind : uint8_t {
-  None = 0,
-  Allreduce = 1,
-  Broadcast = 2,
-  Barrier = 3,
-  Allgather = 4,
-  Reduce = 5,
-  Gather = 6,
-  ReduceScatter = 7,
-  Consensus = 8,
-};
-constexpr uint8_t kMaxOpKind = 8;
-
-// Kinds whose frames carry a reduction operator, and kinds that have a root.
-constexpr bool op_kind_reduces(OpKind k) {
-  return k == OpKind::Allreduce || k == OpKind::Reduce || k == OpKind::ReduceScatter;
-}
-constexpr bool op_kind_rooted(OpKind k) {
-  return k == OpKind::Broadcast || k == OpKind::Reduce || k == OpKind::Gather;
-}
-
-enum class Stage : uint8_t { Reduce = 0, Broadcast = 1 };
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
