@@ -25,7 +25,7 @@
 #include "runtime/op_engine.h"
 #include "runtime/post_groups.h"
 #include "runtime/progress.h"
-#include "runtime/rendezvous.h"
+#include "bootstrap/rendezvous.h"
 #include "topology/selection.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
