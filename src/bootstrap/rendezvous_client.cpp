@@ -190,7 +190,13 @@ std::string oversized(const std::string& key, size_t value_size) {
 }
 
 Status invalid(const std::string& op, const std::string& key, const std::string& why) {
-  return Status(Code::InvalidArgument, "rendezvous: " + op + " '" + key.substr(0, 64) + "': " + why);
+  return Status(Code::InvalidArgument,
+                "rendezvous: " + op + " '" + key.substr(0, 64) + "': " + why);
+}
+
+std::string unexpected(uint8_t status, size_t length) {
+  return "unexpected reply (status " + std::to_string(status) + ", length " +
+         std::to_string(length) + ")";
 }
 
 uint32_t wire_timeout(int64_t timeout_ms) {
@@ -250,10 +256,11 @@ Result<RendezvousClient::Reply> RendezvousClient::call(const std::string& what,
   Reply reply;
   reply.status = static_cast<uint8_t>(hdr[0]);
   uint32_t len = read_u32(hdr + 1);
-  if (reply.status == kStatusBadRequest) return drop(what, Code::Bootstrap, "rejected as a bad request");
+  if (reply.status == kStatusBadRequest) {
+    return drop(what, Code::Bootstrap, "rejected as a bad request");
+  }
   if (reply.status > kStatusLimit || len > kRendezvousMaxValue + 2) {
-    return drop(what, Code::Bootstrap, "unexpected reply (status " + std::to_string(reply.status) +
-                                           ", length " + std::to_string(len) + ")");
+    return drop(what, Code::Bootstrap, unexpected(reply.status, len));
   }
   reply.value.resize(len);
   io = recv_all(fd_, reply.value.data(), len, deadline);
@@ -271,8 +278,7 @@ Status RendezvousClient::set(const std::string& key, const std::string& value, i
   auto r = call(what, encode_request(req), timeout_ms, false);
   if (!r.is_ok()) return r.status();
   if (r.value().status != kStatusOk || !r.value().value.empty()) {
-    return drop(what, Code::Bootstrap,
-                "unexpected reply (status " + std::to_string(r.value().status) + ")");
+    return drop(what, Code::Bootstrap, unexpected(r.value().status, r.value().value.size()));
   }
   return Status::ok();
 }
@@ -292,8 +298,7 @@ Result<std::string> RendezvousClient::get(const std::string& key, int64_t timeou
                                      std::to_string(req.timeout_ms) + " ms (" + server_ + ")");
   }
   if (reply.status != kStatusOk || reply.value.size() > kRendezvousMaxValue) {
-    return drop(what, Code::Bootstrap, "unexpected reply (status " + std::to_string(reply.status) +
-                                           ", length " + std::to_string(reply.value.size()) + ")");
+    return drop(what, Code::Bootstrap, unexpected(reply.status, reply.value.size()));
   }
   return std::move(reply.value);
 }
@@ -313,7 +318,7 @@ Result<int64_t> RendezvousClient::add(const std::string& key, int64_t delta, int
     return Status(Code::Bootstrap, "rendezvous: " + what + " " + server_ + ": " + reply.value);
   }
   if (reply.status != kStatusOk || reply.value.size() != 8) {
-    return drop(what, Code::Bootstrap, "unexpected reply (status " + std::to_string(reply.status) + ")");
+    return drop(what, Code::Bootstrap, unexpected(reply.status, reply.value.size()));
   }
   return read_i64(reply.value.data());
 }
@@ -340,7 +345,7 @@ Result<CasResult> RendezvousClient::compare_and_set(const std::string& key,
   }
   if (reply.status != kStatusOk || reply.value.size() < 2 ||
       (reply.value[1] == '\0' && reply.value.size() != 2)) {
-    return drop(what, Code::Bootstrap, "unexpected reply (status " + std::to_string(reply.status) + ")");
+    return drop(what, Code::Bootstrap, unexpected(reply.status, reply.value.size()));
   }
   CasResult result;
   result.swapped = reply.value[0] != '\0';
@@ -358,7 +363,7 @@ Result<bool> RendezvousClient::remove(const std::string& key, int64_t timeout_ms
   if (!r.is_ok()) return r.status();
   const Reply& reply = r.value();
   if (reply.status != kStatusOk || reply.value.size() != 1) {
-    return drop(what, Code::Bootstrap, "unexpected reply (status " + std::to_string(reply.status) + ")");
+    return drop(what, Code::Bootstrap, unexpected(reply.status, reply.value.size()));
   }
   return reply.value[0] != '\0';
 }
@@ -388,7 +393,7 @@ Result<std::optional<std::string>> RendezvousClient::watch(const std::string& ke
   }
   if (reply.status != kStatusOk || reply.value.empty() ||
       (reply.value[0] == '\0' && reply.value.size() != 1)) {
-    return drop(what, Code::Bootstrap, "unexpected reply (status " + std::to_string(reply.status) + ")");
+    return drop(what, Code::Bootstrap, unexpected(reply.status, reply.value.size()));
   }
   if (reply.value[0] == '\0') return std::optional<std::string>();
   return std::optional<std::string>(reply.value.substr(1));

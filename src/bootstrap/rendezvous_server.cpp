@@ -233,7 +233,8 @@ void RendezvousServer::Impl::handle(Client& c, Request& req, SocketServer::Conne
     }
   }
   c.parked = true;
-  c.parked_deadline = Clock::now() + std::chrono::milliseconds(clamp_timeout_ms(c.request.timeout_ms));
+  c.parked_deadline =
+      Clock::now() + std::chrono::milliseconds(clamp_timeout_ms(c.request.timeout_ms));
 }
 
 Clock::time_point RendezvousServer::Impl::tick(SocketServer::Connections& all) {

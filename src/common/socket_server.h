@@ -79,7 +79,8 @@ class SocketServer {
   SocketServer& operator=(const SocketServer&) = delete;
 
  private:
-  SocketServer(Options options, Service& service) : options_(std::move(options)), service_(service) {}
+  SocketServer(Options options, Service& service)
+      : options_(std::move(options)), service_(service) {}
   void run();
   void accept_all();
 
