@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "run_options.h"
-#include "runtime/rendezvous.h"
+#include "bootstrap/rendezvous.h"
 
 extern char** environ;
 

@@ -17,7 +17,7 @@
 
 #include "common/time_limit.h"
 #include "monitor/http_server.h"
-#include "runtime/rendezvous.h"
+#include "bootstrap/rendezvous.h"
 #include "topology/strategies.h"
 #include "topology/text.h"
 

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/rendezvous.h"
 #include "monitor/http_server.h"
 #include "monitor/metrics.h"
 #include "runtime/config.h"
@@ -21,7 +22,6 @@
 #include "runtime/membership.h"
 #include "runtime/name_table.h"
 #include "runtime/op_poster.h"
-#include "runtime/rendezvous.h"
 #include "runtime/router.h"
 #include "runtime/rtt_probes.h"
 #include "transport/transport_stack.h"

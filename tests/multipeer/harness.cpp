@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/rendezvous.h"
+#include "bootstrap/rendezvous.h"
 
 namespace taiji_test {
 

@@ -16,7 +16,7 @@
 
 #include "../support/descriptor_limit.h"
 #include "monitor/log.h"
-#include "runtime/rendezvous.h"
+#include "bootstrap/rendezvous.h"
 
 using namespace taiji;
 using Clock = std::chrono::steady_clock;

@@ -8,7 +8,7 @@
 #include <future>
 
 #include "live_peers.h"
-#include "runtime/rendezvous.h"
+#include "bootstrap/rendezvous.h"
 #include "transport/handshake.h"
 
 namespace wire {

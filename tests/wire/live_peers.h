@@ -10,7 +10,7 @@
 #include <string>
 
 #include "runtime/peer.h"
-#include "runtime/rendezvous.h"
+#include "bootstrap/rendezvous.h"
 
 namespace wire {
 

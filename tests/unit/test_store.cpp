@@ -1,0 +1,388 @@
+// The store's additions for elastic membership (add, compare-and-set, delete, watch) over
+// real sockets on loopback, through the Store interface, and their bad inputs.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "bootstrap/rendezvous.h"
+#include "bootstrap/store_wire.h"
+
+using namespace taiji;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int64_t ms_since(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+}
+
+std::unique_ptr<RendezvousServer> start_server(RendezvousLimits limits = {}) {
+  auto r = RendezvousServer::start("127.0.0.1", 0, limits);
+  INFO(r.status().message());
+  REQUIRE(r.is_ok());
+  return std::move(r.value());
+}
+
+std::unique_ptr<RendezvousClient> connect_to(const RendezvousServer& s) {
+  auto r = RendezvousClient::connect("127.0.0.1:" + std::to_string(s.port()), 5000);
+  INFO(r.status().message());
+  REQUIRE(r.is_ok());
+  return std::move(r.value());
+}
+
+std::string u32le(uint32_t v) {
+  std::string s;
+  store_wire::append_u32(s, v);
+  return s;
+}
+
+struct RawSocket {
+  int fd = -1;
+  explicit RawSocket(uint16_t port) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  }
+  ~RawSocket() { close(fd); }
+  void send_bytes(const std::string& data) {
+    REQUIRE(send(fd, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size()));
+  }
+  // Everything the server sends until it closes the connection, or nullopt when it has not
+  // closed it within timeout_ms.
+  std::optional<std::string> until_closed(int timeout_ms) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    std::string got;
+    char buf[256];
+    for (;;) {
+      int left = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      if (left <= 0) return std::nullopt;
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, left) <= 0) return std::nullopt;
+      ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) return got;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+};
+
+const std::string kBadReply = store_wire::encode_reply(store_wire::kStatusBadRequest, {});
+
+}  // namespace
+
+TEST_CASE("store add counts from zero, atomically across clients", "[store]") {
+  auto server = start_server();
+  auto c = connect_to(*server);
+  Store& store = *c;
+  auto first = store.add("n", 5, 2000);
+  REQUIRE(first.is_ok());
+  CHECK(first.value() == 5);
+  CHECK(store.add("n", -7, 2000).value() == -2);
+  CHECK(store.get("n", 1000).value() == "-2");  // decimal text, readable by get
+
+  constexpr int kClients = 4, kAdds = 50;
+  std::vector<std::future<bool>> workers;
+  for (int i = 0; i < kClients; ++i) {
+    workers.push_back(std::async(std::launch::async, [&] {
+      auto own = RendezvousClient::connect("127.0.0.1:" + std::to_string(server->port()), 5000);
+      if (!own.is_ok()) return false;
+      for (int k = 0; k < kAdds; ++k) {
+        if (!own.value()->add("shared", 1, 5000).is_ok()) return false;
+      }
+      return true;
+    }));
+  }
+  for (auto& w : workers) {
+    REQUIRE(w.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    CHECK(w.get());
+  }
+  CHECK(store.add("shared", 0, 2000).value() == kClients * kAdds);
+}
+
+TEST_CASE("store add refuses a value that is not a counter, and overflow", "[store]") {
+  auto server = start_server();
+  auto c = connect_to(*server);
+  REQUIRE(c->set("text", "abc", 2000).is_ok());
+  auto r = c->add("text", 1, 2000);
+  CHECK(r.status().code() == Code::InvalidArgument);
+  CHECK_THAT(r.status().message(), Catch::Contains("not a counter"));
+  CHECK(c->get("text", 1000).value() == "abc");
+  REQUIRE(c->set("big", std::to_string(INT64_MAX), 2000).is_ok());
+  CHECK(c->add("big", 1, 2000).status().code() == Code::InvalidArgument);
+  CHECK(c->get("big", 1000).value() == std::to_string(INT64_MAX));
+  // The connection stays usable after a refusal.
+  CHECK(c->add("fresh", 3, 2000).value() == 3);
+}
+
+TEST_CASE("store compare-and-set: swap, no swap, absent", "[store]") {
+  auto server = start_server();
+  auto c = connect_to(*server);
+  Store& store = *c;
+
+  auto created = store.compare_and_set("k", std::nullopt, "one", 2000);
+  REQUIRE(created.is_ok());
+  CHECK(created.value().swapped);
+  CHECK(created.value().current == std::optional<std::string>("one"));
+
+  auto exists = store.compare_and_set("k", std::nullopt, "other", 2000);
+  REQUIRE(exists.is_ok());
+  CHECK_FALSE(exists.value().swapped);
+  CHECK(exists.value().current == std::optional<std::string>("one"));
+
+  auto wrong = store.compare_and_set("k", std::string("two"), "three", 2000);
+  REQUIRE(wrong.is_ok());
+  CHECK_FALSE(wrong.value().swapped);
+  CHECK(wrong.value().current == std::optional<std::string>("one"));
+
+  auto swapped = store.compare_and_set("k", std::string("one"), "", 2000);
+  REQUIRE(swapped.is_ok());
+  CHECK(swapped.value().swapped);
+  CHECK(swapped.value().current == std::optional<std::string>(""));
+  CHECK(store.get("k", 1000).value() == "");
+
+  auto missing = store.compare_and_set("nope", std::string(""), "x", 2000);
+  REQUIRE(missing.is_ok());
+  CHECK_FALSE(missing.value().swapped);
+  CHECK_FALSE(missing.value().current.has_value());
+  CHECK(store.get("nope", 0).status().code() == Code::Timeout);
+}
+
+TEST_CASE("store delete removes a key and says whether it was there", "[store]") {
+  auto server = start_server();
+  auto c = connect_to(*server);
+  Store& store = *c;
+  REQUIRE(store.set("k", "v", 2000).is_ok());
+  CHECK(store.remove("k", 2000).value() == true);
+  CHECK(store.get("k", 0).status().code() == Code::Timeout);
+  CHECK(store.remove("k", 2000).value() == false);
+  // A deleted counter starts again from zero.
+  CHECK(store.add("k", 2, 2000).value() == 2);
+}
+
+TEST_CASE("store watch sees a change and a delete", "[store]") {
+  auto server = start_server();
+  auto watcher = connect_to(*server);
+  auto writer = connect_to(*server);
+  REQUIRE(writer->set("k", "v1", 2000).is_ok());
+
+  auto t0 = Clock::now();
+  auto changed = std::async(std::launch::async,
+                            [&] { return watcher->watch("k", std::string("v1"), 10000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Setting the same value is no change.
+  REQUIRE(writer->set("k", "v1", 2000).is_ok());
+  CHECK(changed.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+  REQUIRE(writer->set("k", "v2", 2000).is_ok());
+  REQUIRE(changed.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  auto seen = changed.get();
+  INFO(seen.status().message());
+  REQUIRE(seen.is_ok());
+  CHECK(seen.value() == std::optional<std::string>("v2"));
+  CHECK(ms_since(t0) >= 350);
+
+  auto deleted = std::async(std::launch::async,
+                            [&] { return watcher->watch("k", std::string("v2"), 10000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(writer->remove("k", 2000).value());
+  REQUIRE(deleted.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  auto gone = deleted.get();
+  REQUIRE(gone.is_ok());
+  CHECK_FALSE(gone.value().has_value());
+
+  // Watching for a key to appear; an add, a compare-and-set and a delete all wake watches.
+  auto appears = std::async(std::launch::async,
+                            [&] { return watcher->watch("k", std::nullopt, 10000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(writer->add("k", 7, 2000).is_ok());
+  REQUIRE(appears.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(appears.get().value() == std::optional<std::string>("7"));
+  auto cas = std::async(std::launch::async,
+                        [&] { return watcher->watch("k", std::string("7"), 10000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(writer->compare_and_set("k", std::string("7"), "8", 2000).value().swapped);
+  REQUIRE(cas.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(cas.get().value() == std::optional<std::string>("8"));
+}
+
+TEST_CASE("store watch answers at once when the key already differs from what is known",
+          "[store]") {
+  auto server = start_server();
+  auto c = connect_to(*server);
+  REQUIRE(c->set("k", "new", 2000).is_ok());
+  auto t0 = Clock::now();
+  CHECK(c->watch("k", std::string("old"), 10000).value() == std::optional<std::string>("new"));
+  CHECK(c->watch("k", std::nullopt, 10000).value() == std::optional<std::string>("new"));
+  CHECK_FALSE(c->watch("absent", std::string("old"), 10000).value().has_value());
+  CHECK(ms_since(t0) < 5000);
+}
+
+TEST_CASE("store watch ends at its deadline", "[store]") {
+  auto server = start_server();
+  auto c = connect_to(*server);
+  REQUIRE(c->set("k", "v", 2000).is_ok());
+  auto t0 = Clock::now();
+  auto r = c->watch("k", std::string("v"), 300);
+  const int64_t elapsed = ms_since(t0);
+  CHECK(r.status().code() == Code::Timeout);
+  CHECK_THAT(r.status().message(), Catch::Contains("did not change"));
+  CHECK(elapsed >= 250);
+  CHECK(elapsed < 5000);
+  CHECK(c->watch("k", std::string("v"), 0).status().code() == Code::Timeout);
+  // A timed-out watch leaves the connection usable.
+  CHECK(c->get("k", 1000).value() == "v");
+}
+
+TEST_CASE("store client refuses oversized keys and values before sending", "[store]") {
+  auto server = start_server();
+  auto c = connect_to(*server);
+  const std::string long_key(kRendezvousMaxKey + 1, 'k');
+  const std::string long_value(kRendezvousMaxValue + 1, 'v');
+  CHECK(c->add(long_key, 1, 1000).status().code() == Code::InvalidArgument);
+  CHECK(c->compare_and_set(long_key, std::nullopt, "v", 1000).status().code() ==
+        Code::InvalidArgument);
+  CHECK(c->compare_and_set("k", long_value, "v", 1000).status().code() == Code::InvalidArgument);
+  CHECK(c->compare_and_set("k", std::nullopt, long_value, 1000).status().code() ==
+        Code::InvalidArgument);
+  CHECK(c->remove(long_key, 1000).status().code() == Code::InvalidArgument);
+  CHECK(c->watch(long_key, std::nullopt, 1000).status().code() == Code::InvalidArgument);
+  CHECK(c->watch("k", long_value, 1000).status().code() == Code::InvalidArgument);
+  CHECK(c->add("k", 1, 1000).value() == 1);
+}
+
+TEST_CASE("store server closes a malformed request's connection and nothing else", "[store]") {
+  auto server = start_server();
+  auto good = connect_to(*server);
+  REQUIRE(good->set("k", "abc", 2000).is_ok());
+  RawSocket truncated(server->port());
+  truncated.send_bytes("C" + u32le(1) + "k" + std::string(1, '\0') + u32le(3) + "ab");
+
+  struct Case {
+    const char* what;
+    std::string bytes;
+  };
+  const Case cases[] = {
+      {"unknown request type", "X" + u32le(1) + "k"},
+      {"oversized key", "A" + u32le(kRendezvousMaxKey + 1)},
+      {"oversized expected value", "C" + u32le(1) + "k" + std::string(1, '\0') +
+                                       u32le(kRendezvousMaxValue + 1)},
+      {"oversized new value", "C" + u32le(1) + "k" + std::string(1, '\0') + u32le(0) +
+                                  u32le(kRendezvousMaxValue + 1)},
+      {"oversized known value", "W" + u32le(1) + "k" + u32le(100) + std::string(1, '\0') +
+                                    u32le(kRendezvousMaxValue + 1)},
+      {"unknown flags", "C" + u32le(1) + "k" + std::string(1, '\x02')},
+      {"absent with a value", "W" + u32le(1) + "k" + u32le(100) + std::string(1, '\x01') +
+                                  u32le(1) + "x"},
+  };
+  for (const Case& bad : cases) {
+    INFO(bad.what);
+    RawSocket s(server->port());
+    s.send_bytes(bad.bytes);
+    auto got = s.until_closed(5000);
+    REQUIRE(got.has_value());
+    CHECK(*got == kBadReply);
+  }
+  // The truncated request was left alone, and completes when the rest arrives.
+  REQUIRE_FALSE(truncated.until_closed(50).has_value());
+  truncated.send_bytes("c" + u32le(1) + "z");
+  pollfd p{truncated.fd, POLLIN, 0};
+  REQUIRE(poll(&p, 1, 5000) == 1);
+  timeval tv{5, 0};
+  REQUIRE(setsockopt(truncated.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
+  char reply[8];
+  REQUIRE(recv(truncated.fd, reply, sizeof(reply), MSG_WAITALL) == 8);
+  CHECK(reply[0] == store_wire::kStatusOk);
+  CHECK(store_wire::read_u32(reply + 1) == 3);  // swapped, present, "z"
+  CHECK(good->get("k", 1000).value() == "z");
+}
+
+TEST_CASE("store bounds its keys and its watchers", "[store]") {
+  RendezvousLimits limits;
+  limits.max_keys = 2;
+  limits.max_watchers = 2;
+  auto server = start_server(limits);
+  auto c = connect_to(*server);
+  REQUIRE(c->set("a", "1", 2000).is_ok());
+  REQUIRE(c->add("b", 1, 2000).is_ok());
+  auto add = c->add("c", 1, 2000);
+  CHECK(add.status().code() == Code::Bootstrap);
+  CHECK_THAT(add.status().message(), Catch::Contains("2 keys"));
+  CHECK(c->compare_and_set("c", std::nullopt, "x", 2000).status().code() == Code::Bootstrap);
+  // Refusals keep the connection; keys already there still change.
+  CHECK(c->add("b", 1, 2000).value() == 2);
+  CHECK(c->compare_and_set("a", std::string("1"), "2", 2000).value().swapped);
+  // A set of a new key past the bound is treated as a full store's set: the connection goes.
+  auto setter = connect_to(*server);
+  Status set = setter->set("c", "x", 2000);
+  CHECK(set.code() == Code::Bootstrap);
+  CHECK_THAT(set.message(), Catch::Contains("rejected as a bad request"));
+  // Deleting frees a place.
+  REQUIRE(c->remove("a", 2000).value());
+  CHECK(c->add("c", 5, 2000).value() == 5);
+
+  auto w1 = connect_to(*server);
+  auto w2 = connect_to(*server);
+  auto p1 = std::async(std::launch::async, [&] { return w1->watch("b", std::string("2"), 10000); });
+  auto p2 = std::async(std::launch::async, [&] { return w2->watch("b", std::string("2"), 10000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto third = c->watch("b", std::string("2"), 10000);
+  CHECK(third.status().code() == Code::Bootstrap);
+  CHECK_THAT(third.status().message(), Catch::Contains("2 watches"));
+  // A change answers every parked watch; then there is room for more.
+  REQUIRE(c->add("b", 1, 2000).value() == 3);
+  for (auto* p : {&p1, &p2}) {
+    REQUIRE(p->wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK(p->get().value() == std::optional<std::string>("3"));
+  }
+  CHECK(c->watch("b", std::string("2"), 1000).value() == std::optional<std::string>("3"));
+}
+
+TEST_CASE("store wire: every request parses back, and every prefix is incomplete", "[store]") {
+  using namespace store_wire;
+  Request set{'S', "key", "value", "", false, 0, 0};
+  Request get{'G', "key", "", "", false, 1234, 0};
+  Request add{'A', "n", "", "", false, 0, -5};
+  Request cas{'C', "k", "new", "old", false, 0, 0};
+  Request cas_absent{'C', "k", "new", "", true, 0, 0};
+  Request del{'D', "k", "", "", false, 0, 0};
+  Request watch{'W', "k", "", "known", false, 77, 0};
+  for (const Request& req : {set, get, add, cas, cas_absent, del, watch}) {
+    const std::string bytes = encode_request(req);
+    INFO(req.op);
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      Request out;
+      size_t used = 0;
+      std::string why;
+      CHECK(parse_request(std::string_view(bytes).substr(0, n), &out, &used, &why) ==
+            Parse::Incomplete);
+    }
+    Request out;
+    size_t used = 0;
+    std::string why;
+    REQUIRE(parse_request(bytes + "trailing", &out, &used, &why) == Parse::Done);
+    CHECK(used == bytes.size());
+    CHECK(out.op == req.op);
+    CHECK(out.key == req.key);
+    CHECK(out.value == req.value);
+    CHECK(out.expected == req.expected);
+    CHECK(out.absent == req.absent);
+    CHECK(out.timeout_ms == req.timeout_ms);
+    CHECK(out.delta == req.delta);
+  }
+  // The set and get encodings are the ones the store always had.
+  CHECK(encode_request(set) == "S" + u32le(3) + "key" + u32le(5) + "value");
+  CHECK(encode_request(get) == "G" + u32le(3) + "key" + u32le(1234));
+}
