@@ -114,9 +114,10 @@ TAIJI_API const char *taiji_version_string(void);
 
 typedef struct taiji_settings taiji_settings_t; /* keys set by taiji_config_set */
 
-/* Peer configuration. Initialise with TAIJI_CONFIG_INIT, then set what you need. Unset
- * fields (-1, 0 or NULL as noted) are taken from the environment, then from defaults;
- * see docs/environment.md. Fields are only ever appended. */
+/* Peer configuration. Initialise with TAIJI_CONFIG_INIT, then set what you need: these
+ * fields, or any setting by name with taiji_config_set. Unset fields (-1, 0 or NULL as
+ * noted) are taken from the environment, then from defaults; see docs/environment.md.
+ * Fields are only ever appended. */
 typedef struct taiji_config {
   size_t struct_size;           /* sizeof(taiji_config_t), set by TAIJI_CONFIG_INIT */
   int32_t rank;                 /* -1: from environment */
@@ -204,8 +205,9 @@ TAIJI_API int taiji_peer_size(const taiji_peer_t *peer);
 TAIJI_API taiji_status_t taiji_peer_async_error(const taiji_peer_t *peer);
 
 /* Text of the last error of a call on this peer (any thread), or of the last failed
- * taiji_peer_init or taiji_config_set when peer is NULL on the calling thread. The pointer stays valid
- * until the next call on the same peer from the same thread. Never NULL. */
+ * taiji_peer_init or taiji_config_set when peer is NULL on the calling thread. The
+ * pointer stays valid until the next call on the same peer from the same thread. Never
+ * NULL. */
 TAIJI_API const char *taiji_peer_last_error(const taiji_peer_t *peer);
 
 /* ---- operation options -------------------------------------------------------------- */

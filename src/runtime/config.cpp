@@ -18,7 +18,6 @@
 #include "runtime/settings.h"
 #include "topology/strategies.h"
 #include "topology/text.h"
-#include "transport/address.h"
 
 namespace taiji {
 
