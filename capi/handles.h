@@ -69,6 +69,9 @@ taiji_status_t post_and_finish(taiji_peer_t* peer, taiji_request_t** request, Po
 taiji::Result<std::shared_ptr<taiji::RequestState>> post_with_grad_stats(
     taiji_peer_t* peer, taiji_grad_stats_t* stats, taiji::PostArgs args);
 
+// Applies the keys set by taiji_config_set over the explicit values (capi/config.cpp).
+taiji::Status apply_settings(const taiji_config_t& config, taiji::Config* out);
+
 // Runs fn, turning any escaping exception into a status.
 template <typename Fn>
 taiji_status_t guarded(taiji_peer_t* peer, Fn&& fn) {

@@ -217,6 +217,9 @@ taiji_status_t taiji_peer_init_versioned(uint32_t header_version, const taiji_co
       explicit_values.timeout_ms = c.timeout_ms;
       explicit_values.init_timeout_ms = c.init_timeout_ms;
       if (c.topology != nullptr) explicit_values.topology = c.topology;
+      if (taiji::Status st = apply_settings(c, &explicit_values); !st.is_ok()) {
+        return fail(to_c(st), st.message());
+      }
     }
     auto resolved = taiji::resolve_config(explicit_values, taiji::process_env());
     if (!resolved.is_ok()) return fail(to_c(resolved.status()), resolved.status().message());

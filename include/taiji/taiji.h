@@ -112,9 +112,12 @@ TAIJI_API const char *taiji_version_string(void);
 
 /* ---- peer lifecycle ----------------------------------------------------------------- */
 
-/* Peer configuration. Initialise with TAIJI_CONFIG_INIT, then set what you need. Unset
- * fields (-1, 0 or NULL as noted) are taken from the environment, then from defaults;
- * see docs/environment.md. Fields are only ever appended. */
+typedef struct taiji_settings taiji_settings_t; /* keys set by taiji_config_set */
+
+/* Peer configuration. Initialise with TAIJI_CONFIG_INIT, then set what you need: these
+ * fields, or any setting by name with taiji_config_set. Unset fields (-1, 0 or NULL as
+ * noted) are taken from the environment, then from defaults; see docs/environment.md.
+ * Fields are only ever appended. */
 typedef struct taiji_config {
   size_t struct_size;           /* sizeof(taiji_config_t), set by TAIJI_CONFIG_INIT */
   int32_t rank;                 /* -1: from environment */
@@ -126,10 +129,35 @@ typedef struct taiji_config {
   int64_t timeout_ms;           /* default op deadline; 0: environment (default 60000) */
   int64_t init_timeout_ms;      /* bootstrap deadline; 0: environment (default 60000) */
   const char *topology;         /* "ring", "tree", "star"; NULL: automatic by size */
+  taiji_settings_t *settings;   /* owned by taiji_config_set / taiji_config_clear; NULL: none */
 } taiji_config_t;
 
 #define TAIJI_CONFIG_INIT \
-  { sizeof(taiji_config_t), -1, -1, NULL, -1, NULL, NULL, 0, 0, NULL }
+  { sizeof(taiji_config_t), -1, -1, NULL, -1, NULL, NULL, 0, 0, NULL, NULL }
+
+/* Sets one setting by its environment variable's name, e.g.
+ * taiji_config_set(&config, "TAIJI_CHUNK_BYTES", "4M"): every variable of
+ * docs/environment.md is a key, and takes the variable's text. A set key counts as an
+ * explicit value: it wins over the environment and the defaults, and over the struct field
+ * that fills the same setting (precedence: set key, then field, then environment, then
+ * default). Setting a key again replaces its value; a NULL or empty value unsets it (as an
+ * empty variable does). The value is parsed and checked at the call by the parser the
+ * environment's value goes through; rules between settings (chunk size and max payload,
+ * rank and world size) are checked by taiji_peer_init.
+ * The config owns what this allocates until taiji_config_clear; copies of the struct share
+ * it, so clear one of them, once. Never blocks. Not thread-safe for one config (calls on
+ * different configs may run concurrently). On error nothing changes and
+ * taiji_peer_last_error(NULL) on the calling thread says why. Errors:
+ * ERR_INVALID_ARGUMENT (NULL config or key, a struct_size not from TAIJI_CONFIG_INIT of a
+ * header that has this function, an unknown key, a bad value), ERR_NO_MEMORY,
+ * ERR_INTERNAL. */
+TAIJI_API taiji_status_t taiji_config_set(taiji_config_t *config, const char *key,
+                                          const char *value);
+
+/* Frees what taiji_config_set allocated and sets config->settings to NULL. Accepts NULL
+ * and a config with nothing set. Never blocks. Not thread-safe for one config. A peer
+ * made from the config keeps its own copy: clearing it after taiji_peer_init is fine. */
+TAIJI_API void taiji_config_clear(taiji_config_t *config);
 
 /* Creates a peer and joins the job: publishes this peer's address at the rendezvous,
  * connects to every other peer, and returns when all are connected or init_timeout_ms
@@ -177,8 +205,9 @@ TAIJI_API int taiji_peer_size(const taiji_peer_t *peer);
 TAIJI_API taiji_status_t taiji_peer_async_error(const taiji_peer_t *peer);
 
 /* Text of the last error of a call on this peer (any thread), or of the last failed
- * taiji_peer_init when peer is NULL on the calling thread. The pointer stays valid
- * until the next call on the same peer from the same thread. Never NULL. */
+ * taiji_peer_init or taiji_config_set when peer is NULL on the calling thread. The
+ * pointer stays valid until the next call on the same peer from the same thread. Never
+ * NULL. */
 TAIJI_API const char *taiji_peer_last_error(const taiji_peer_t *peer);
 
 /* ---- operation options -------------------------------------------------------------- */

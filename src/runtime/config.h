@@ -21,6 +21,7 @@ struct Config {
   int rank = -1;                    // -1: unset
   int size = -1;                    // -1: unset
   std::string rendezvous;           // "host:port"; empty: unset (fine when size == 1)
+  int rendezvous_port = 0;          // port next to MASTER_ADDR; 0: unset (MASTER_PORT + 1)
   int host_rendezvous = -1;         // 1: this peer serves the rendezvous; -1: auto (rank 0,
                                     // unless started by taiji-run)
   std::string listen_host;          // address to listen on and advertise; empty: 127.0.0.1
@@ -59,24 +60,18 @@ struct Config {
 };
 
 // Fills unset fields of `explicit_values` from the environment, then from defaults, and
-// validates. Variables, in order of precedence for rank/size/rendezvous:
-//   TAIJI_RANK, TAIJI_WORLD_SIZE, TAIJI_RENDEZVOUS (host:port), TAIJI_RENDEZVOUS_HOST (0/1)
+// validates. The variables, their parsing, bounds and defaults are the table in
+// runtime/settings.h; rank, world size and rendezvous also come, in this order, from
+//   TAIJI_RANK, TAIJI_WORLD_SIZE, TAIJI_RENDEZVOUS (host:port)
 //   RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun style; taiji's rendezvous is on
 //     MASTER_PORT + 1 because torchrun's own store holds MASTER_PORT, unless
 //     TAIJI_RENDEZVOUS_PORT is set)
 //   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (Open MPI)
-//   SLURM_PROCID, SLURM_NTASKS (Slurm)
-// and TAIJI_LISTEN_HOST, TAIJI_JOB_ID, TAIJI_TIMEOUT_MS, TAIJI_INIT_TIMEOUT_MS,
-// TAIJI_CHUNK_BYTES, TAIJI_EAGER_BYTES, TAIJI_UNEXPECTED_BYTES, TAIJI_MAX_PAYLOAD_BYTES,
-// TAIJI_MAX_NAME_LEN, TAIJI_TOPOLOGY, TAIJI_HOST, TAIJI_LOG_LEVEL, TAIJI_SECRET_FILE,
-// TAIJI_HANDSHAKE_TIMEOUT_MS, TAIJI_MAX_PENDING_CONNECTIONS, TAIJI_STALL_WARN_MS,
-// TAIJI_METRICS, TAIJI_METRICS_ADDR, TAIJI_FLIGHT_RECORDER_SIZE, TAIJI_FLIGHT_RECORDER_DIR,
-// TAIJI_PROGRESS, TAIJI_SPIN_US, TAIJI_SHM, TAIJI_SHM_RING_BYTES, TAIJI_FUSION,
-// TAIJI_FUSION_MAX_OP_BYTES, TAIJI_FUSION_BUFFER_BYTES.
+//   SLURM_PROCID, SLURM_NTASKS (Slurm).
 // A secret file must be a regular file with no group or other permission bits, holding
 // 16 bytes to 4 KiB (its bytes, verbatim, are the key).
-// Byte sizes accept a K, M or G suffix (powers of 1024). Nothing set at all means a single
-// peer: rank 0 of 1. Errors (Code::Config) name the variable and the offending value.
+// Nothing set at all means a single peer: rank 0 of 1. Errors (Code::Config) name the
+// variable and the offending value.
 Result<Config> resolve_config(Config explicit_values, const EnvLookup& env);
 
 // Reads a job secret file under the rules above; errors (Code::Config) say what is wrong.

@@ -1,5 +1,6 @@
 /* A pure C11 program using only the public header, run as separate processes under
- * taiji-run: async allreduce with a callback, broadcast, barrier, request lifecycle. */
+ * taiji-run: a setting by name, async allreduce with a callback, broadcast, barrier,
+ * request lifecycle. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 
 #include <taiji/taiji.h>
@@ -23,7 +24,11 @@ static int check(taiji_peer_t *peer, taiji_status_t s, const char *what) {
 
 int main(void) {
   taiji_peer_t *peer = NULL;
-  taiji_status_t s = taiji_peer_init(NULL, &peer);
+  /* Any variable can also be set by its name; this one is checked below. */
+  taiji_config_t config = TAIJI_CONFIG_INIT;
+  taiji_status_t s = taiji_config_set(&config, "TAIJI_MAX_NAME_LEN", "64");
+  if (s == TAIJI_OK) s = taiji_peer_init(&config, &peer);
+  taiji_config_clear(&config);
   if (s != TAIJI_OK) {
     fprintf(stderr, "init: %s: %s\n", taiji_status_name(s), taiji_peer_last_error(NULL));
     return 1;
@@ -65,6 +70,12 @@ int main(void) {
     }
   }
   bad |= check(peer, taiji_barrier(peer, "end", NULL, NULL), "barrier");
+  static const char name_of_65[] =
+      "0123456789012345678901234567890123456789012345678901234567890123X";
+  if (taiji_barrier(peer, name_of_65, NULL, NULL) != TAIJI_ERR_INVALID_ARGUMENT) {
+    fprintf(stderr, "a 65-byte name passed TAIJI_MAX_NAME_LEN=64\n");
+    bad = 1;
+  }
   /* Callbacks run on the I/O thread and may lag the wait above: give this rank's up to
    * 20 s, locally (the count differs between ranks, so no collective may wait for it). */
   const struct timespec step = {0, 1000000};
