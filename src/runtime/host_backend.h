@@ -25,7 +25,7 @@ struct HostBackendOptions {
   std::function<void(PostedOp&)> bind_by_size;
 };
 
-class HostBackend final : public Backend {
+class HostBackend final : public Backend, public ClusterListener {
  public:
   HostBackend(HostBackendOptions options, IoLoop* io, NameTable* names);
   ~HostBackend() override;
@@ -40,6 +40,9 @@ class HostBackend final : public Backend {
   void tick() override;
   void fail_all(const Status& why) override;
   void links_closed() override;
+  void cluster_changed(const Cluster& before, const Cluster& now) override {
+    engine_->cluster_changed(before, now);
+  }
 
  private:
   HostBackendOptions opt_;

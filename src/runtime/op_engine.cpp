@@ -70,15 +70,15 @@ OpEngine::OpEngine(uv_loop_t* loop, EngineOptions options, NameTable* names)
     : loop_(loop),
       opt_(options),
       names_(names),
-      early_({options.size, options.unexpected_bytes,
+      early_({options.cluster->size, options.unexpected_bytes,
               std::max(options.eager_bytes, options.unexpected_bytes), options.metrics,
               [this](int src) { transport_->pause_reading(src); },
               [this](int src) { transport_->resume_reading(src); }}),
-      stalls_({options.rank, options.size, options.held}, names,
+      stalls_({options.cluster->rank, options.cluster->size, options.held}, names,
               [this](const Key& key, StallWatchdog::OpState* out) { return stall_state(key, out); }),
-      rx_abort_(options.size),
-      departed_(options.size, false),
-      rx_op_(options.size, nullptr) {}
+      rx_abort_(options.cluster->size),
+      departed_(options.cluster->size, false),
+      rx_op_(options.cluster->size, nullptr) {}
 
 OpEngine::~OpEngine() = default;
 
@@ -123,9 +123,9 @@ void OpEngine::start(PostedOp posted) {
   const uint64_t waited_ms =
       posted.posted_ns != 0 && now_ns > posted.posted_ns ? (now_ns - posted.posted_ns) / 1000000 : 0;
   op->deadline = op->started + (posted.timeout_ms - std::min(posted.timeout_ms, waited_ms));
-  op->ready_from.assign(opt_.size, false);
-  op->held.resize(opt_.size);
-  op->writes_to.assign(opt_.size, 0);
+  op->ready_from.assign(opt_.cluster->size, false);
+  op->held.resize(opt_.cluster->size);
+  op->writes_to.assign(opt_.cluster->size, 0);
   op->op = std::make_unique<CollectiveOp>(std::move(posted.spec));
   Active& ref = *op;
   ops_[ref.key] = std::move(op);
@@ -244,7 +244,7 @@ Status OpEngine::check_match(const Active& op, const FrameHeader& h) const {
               std::to_string(h.src_rank) + " posted " +
               describe(h.op_kind, h.count, h.dtype, h.redop, h.root,
                        h.strategy | static_cast<uint32_t>(h.strategy_tag) << 8) +
-              ", rank " + std::to_string(opt_.rank) + " posted " +
+              ", rank " + std::to_string(opt_.cluster->rank) + " posted " +
               describe(s.kind, s.count, static_cast<uint8_t>(s.dtype),
                        static_cast<uint8_t>(s.redop), static_cast<uint32_t>(s.root),
                        s.strategy_id | static_cast<uint32_t>(s.strategy_tag) << 8)};
@@ -252,8 +252,8 @@ Status OpEngine::check_match(const Active& op, const FrameHeader& h) const {
 
 void OpEngine::mismatch(Active& op, const Status& why) {
   log().error("{}", why.message());
-  for (int r = 0; r < opt_.size; ++r) {
-    if (r == opt_.rank || departed_[r]) continue;
+  for (int r = 0; r < opt_.cluster->size; ++r) {
+    if (r == opt_.cluster->rank || departed_[r]) continue;
     OutMessage m;
     m.header = header_for(op, MsgType::Abort);
     m.header.chunk = static_cast<uint32_t>(-static_cast<int32_t>(why.code()));
@@ -448,8 +448,12 @@ void OpEngine::link_down(int src, bool graceful, const Status& why) {
   for (auto& [key, op] : ops_) keys.push_back(key);
   if (!graceful) {
     Status lost{Code::PeerLost, "rank " + std::to_string(src) + " lost: " + why.message()};
-    if (on_fatal_) on_fatal_(lost);
-    fail_all(lost);
+    // Every op runs over every rank of the cluster, so each needed src.
+    for (const Key& key : keys) {
+      auto it = ops_.find(key);
+      if (it != ops_.end()) fail(*it->second, lost);
+    }
+    if (on_link_lost_) on_link_lost_(src, lost);
   } else {
     departed_[src] = true;
     for (const Key& key : keys) {
@@ -461,6 +465,22 @@ void OpEngine::link_down(int src, bool graceful, const Status& why) {
     auto it = ops_.find(key);
     if (it != ops_.end()) maybe_finish(*it->second);
   }
+}
+
+void OpEngine::cluster_changed(const Cluster& before, const Cluster& now) {
+  const Status why{Code::Aborted, "the cluster changed from version " + std::to_string(before.version) +
+                                      " to " + std::to_string(now.version) + " while the op ran"};
+  std::vector<Key> keys;
+  for (auto& [key, op] : ops_) keys.push_back(key);
+  for (const Key& key : keys) {
+    auto it = ops_.find(key);
+    if (it != ops_.end()) fail(*it->second, why);
+  }
+  for (const Key& key : keys) {
+    auto it = ops_.find(key);
+    if (it != ops_.end()) maybe_finish(*it->second);
+  }
+  early_.discard_if([](const Key&) { return true; });
 }
 
 void OpEngine::transport_closed() {
@@ -501,7 +521,7 @@ Status OpEngine::describe_timeout(const Active& op) const {
   auto waiting = op.op->waiting_on();
   if (!waiting.empty()) s += "; waiting for data from rank(s) " + rank_list(waiting);
   std::vector<int> unready;
-  for (int r = 0; r < opt_.size; ++r) {
+  for (int r = 0; r < opt_.cluster->size; ++r) {
     if (!op.held[r].empty()) unready.push_back(r);
   }
   if (!unready.empty()) s += "; rank(s) " + rank_list(unready) + " never posted it";
@@ -534,7 +554,7 @@ void OpEngine::tick() {
       continue;
     }
     if (op.failed && now >= op.failed_at + op.stuck_after) {
-      for (int r = 0; r < opt_.size; ++r) {
+      for (int r = 0; r < opt_.cluster->size; ++r) {
         if (op.writes_to[r] > 0 || rx_op_[r] == &op) {
           transport_->drop(r, {Code::Timeout, "rank " + std::to_string(r) +
                                                   " stopped exchanging data for " + op.title()});

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collectives/collective_op.h"
+#include "common/cluster.h"
 #include "monitor/metrics.h"
 #include "runtime/early_arrivals.h"
 #include "runtime/name_table.h"
@@ -27,8 +28,9 @@
 namespace taiji {
 
 struct EngineOptions {
-  int rank = 0;
-  int size = 1;
+  // The membership (rank, size), read where needed: it changes in place. Per-rank tables
+  // are sized for it at construction (a membership change keeps the ranks for now).
+  const Cluster* cluster = nullptr;
   uint64_t eager_bytes = 64 << 10;
   uint64_t unexpected_bytes = 64ull << 20;
   // An op still running this long after it was posted here asks every rank whether it has
@@ -60,21 +62,27 @@ class OpEngine final : public ReceiveHandler {
   void set_transport(Transport* transport);
   // Registers the engine's frames, and the stall watchdog's, with the router.
   void serve(Router& router);
-  // Called with the error that makes the whole peer unusable (a lost peer).
-  void set_fatal_handler(std::function<void(const Status&)> fn) { on_fatal_ = std::move(fn); }
+  // Called when a link is lost without a Bye, after the ops that needed the rank failed;
+  // whether the peer goes on is the membership's decision (runtime/membership.h).
+  void set_link_lost_handler(std::function<void(int rank, const Status&)> fn) {
+    on_link_lost_ = std::move(fn);
+  }
   // Called after ops timed out in one tick (the flight recorder dump), with the first.
   void set_timeout_handler(std::function<void(const Status&)> fn) { on_timeout_ = std::move(fn); }
 
   void start(PostedOp posted);
   // Deadlines and stuck failed ops; call periodically.
   void tick();
-  // Fails every op (abort, finalize timeout, fatal error); later posts fail with `why`.
+  // Fails every op (abort, finalize timeout, a lost peer); later posts fail with `why`.
   void fail_all(const Status& why);
   bool idle() const { return ops_.empty(); }
   // Frames for (name, version) arrived before this peer started the op.
   bool has_early(const std::string& name, uint64_t version) const { return early_.holds({name, version}); }
   // The transport closed every link: nothing more arrives into any op's buffers.
   void transport_closed();
+  // The membership changed: ops in flight belong to the old one and fail, and what
+  // arrived early for ops not posted yet is dropped (its senders' version is refused now).
+  void cluster_changed(const Cluster& before, const Cluster& now);
 
   Status accept_frame(int src, const FrameHeader& h, const std::string& name,
                       const uint8_t* in_memory, uint8_t** target) override;
@@ -108,7 +116,7 @@ class OpEngine final : public ReceiveHandler {
   EngineOptions opt_;
   NameTable* names_;
   Transport* transport_ = nullptr;
-  std::function<void(const Status&)> on_fatal_;
+  std::function<void(int, const Status&)> on_link_lost_;
   std::function<void(const Status&)> on_timeout_;
   std::map<Key, std::unique_ptr<Active>> ops_;
   EarlyArrivals early_;

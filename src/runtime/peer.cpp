@@ -52,8 +52,7 @@ Peer::Peer(const Config& config)
 
   HostBackendOptions ho;
   ho.engine.metrics = metrics_.get();
-  ho.engine.rank = config_.rank;
-  ho.engine.size = config_.size;
+  ho.engine.cluster = &membership_.current();
   ho.engine.eager_bytes = config_.eager_bytes;
   ho.engine.unexpected_bytes = config_.unexpected_bytes;
   ho.engine.stall_warn_ms = static_cast<uint64_t>(config_.stall_warn_ms);
@@ -77,10 +76,18 @@ Peer::Peer(const Config& config)
   transports_ = std::make_unique<TransportStack>(io_.uv(), to, so, &router_);
   host_->set_transports(transports_.get());
   probes_->set_transport(&transports_->top());
-  host_->engine().set_fatal_handler([this](const Status& s) { set_error(s); });
+  host_->engine().set_link_lost_handler(
+      [this](int rank, const Status& why) { membership_.link_lost(rank, why); });
+  // Without a way to continue on fewer ranks, a lost rank ends this peer's work.
+  membership_.set_loss_policy([this](int, const Status& why) {
+    set_error(why);
+    host_->fail_all(why);
+  });
   host_->engine().set_timeout_handler([this](const Status& s) { dump_flight_recorder(s); });
   io_.set_transports(transports_.get());
   poster_.add_backend(host_.get());
+  // The transports read the cluster in place: they refuse the old version at once.
+  membership_.add_listener(host_.get());
   membership_.add_listener(&poster_);
   membership_.add_listener(this);
 }
