@@ -468,19 +468,8 @@ void OpEngine::link_down(int src, bool graceful, const Status& why) {
 }
 
 void OpEngine::cluster_changed(const Cluster& before, const Cluster& now) {
-  const Status why{Code::Aborted, "the cluster changed from version " + std::to_string(before.version) +
-                                      " to " + std::to_string(now.version) + " while the op ran"};
-  std::vector<Key> keys;
-  for (auto& [key, op] : ops_) keys.push_back(key);
-  for (const Key& key : keys) {
-    auto it = ops_.find(key);
-    if (it != ops_.end()) fail(*it->second, why);
-  }
-  for (const Key& key : keys) {
-    auto it = ops_.find(key);
-    if (it != ops_.end()) maybe_finish(*it->second);
-  }
-  early_.discard_if([](const Key&) { return true; });
+  fail_ops({Code::Aborted, "the cluster changed from version " + std::to_string(before.version) +
+                               " to " + std::to_string(now.version) + " while the op ran"});
 }
 
 void OpEngine::transport_closed() {
@@ -494,6 +483,10 @@ void OpEngine::transport_closed() {
 
 void OpEngine::fail_all(const Status& why) {
   if (closed_.is_ok()) closed_ = why;
+  fail_ops(why);
+}
+
+void OpEngine::fail_ops(const Status& why) {
   std::vector<Key> keys;
   for (auto& [key, op] : ops_) keys.push_back(key);
   for (const Key& key : keys) {

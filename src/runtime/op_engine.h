@@ -107,6 +107,8 @@ class OpEngine final : public ReceiveHandler {
   Status check_match(const Active& op, const FrameHeader& h) const;
   void mismatch(Active& op, const Status& why);
   void fail(Active& op, const Status& why);
+  // Fails every op in flight and drops what arrived early; later posts still start.
+  void fail_ops(const Status& why);
   void maybe_finish(Active& op);
   Status describe_timeout(const Active& op) const;
   bool stall_state(const Key& key, StallWatchdog::OpState* out) const;

@@ -243,29 +243,26 @@ Result<std::shared_ptr<RequestState>> OpPoster::post_internal(PostArgs args, boo
 Result<std::shared_ptr<RequestState>> OpPoster::post_op(PostArgs args, bool holdable) {
   auto prepared = prepare(args);
   if (!prepared.is_ok()) return prepared.status();
-  auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
-  Backend* backend = backend_for(*op);
-  if (backend == nullptr) {
-    names_->release(op->name, op->version);
-    return invalid("no backend runs this op's buffers");
-  }
-  auto request = op->request;
-  Status s = queue(op, [this, op, backend] {
-    enter([this, op, backend] { backend->start(op, !current_.strategy); });
-  }, holdable);
-  if (!s.is_ok()) return s;
-  return request;
+  return hand_over(std::make_shared<PostedOp>(std::move(prepared.value())), holdable, Entry::Fusable);
 }
 
 Result<std::shared_ptr<RequestState>> OpPoster::submit(std::shared_ptr<PostedOp> op, bool holdable) {
+  return hand_over(std::move(op), holdable, Entry::Alone);
+}
+
+Result<std::shared_ptr<RequestState>> OpPoster::hand_over(std::shared_ptr<PostedOp> op, bool holdable,
+                                                          Entry entry) {
   Backend* backend = backend_for(*op);
   if (backend == nullptr) {
     names_->release(op->name, op->version);
     return invalid("no backend runs this op's buffers");
   }
   auto request = op->request;
-  Status s = queue(op, [this, op, backend] {
-    enter([op, backend] { backend->start(op, false); });
+  Status s = queue(op, [this, op, backend, entry] {
+    enter([this, op, backend, entry] {
+      if (entry == Entry::Gating) gate_ = true;
+      backend->start(op, entry == Entry::Fusable && !current_.strategy);
+    });
   }, holdable);
   if (!s.is_ok()) return s;
   return request;
@@ -293,11 +290,6 @@ Result<std::shared_ptr<RequestState>> OpPoster::set_topology(BoundStrategy propo
   auto prepared = prepare(args);
   if (!prepared.is_ok()) return prepared.status();
   auto op = std::make_shared<PostedOp>(std::move(prepared.value()));
-  Backend* backend = backend_for(*op);
-  if (backend == nullptr) {
-    names_->release(op->name, op->version);
-    return invalid("no backend runs this op's buffers");
-  }
   // Runs on the I/O thread as the consensus ends, before its request completes.
   std::weak_ptr<RequestState> weak_request = op->request;
   op->finish_hook = [this, vote, proposed, weak_request](const Status& s) {
@@ -318,15 +310,7 @@ Result<std::shared_ptr<RequestState>> OpPoster::set_topology(BoundStrategy propo
     if (!io_->run_on_loop([this] { open_gate(); })) gate_ = false;
     return result;
   };
-  auto request = op->request;
-  Status s = queue(op, [this, op, backend] {
-    enter([this, op, backend] {
-      gate_ = true;
-      backend->start(op, false);
-    });
-  }, true);
-  if (!s.is_ok()) return s;
-  return request;
+  return hand_over(std::move(op), true, Entry::Gating);
 }
 
 }  // namespace taiji

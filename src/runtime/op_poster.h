@@ -90,6 +90,11 @@ class OpPoster final : public ClusterListener {
 
  private:
   Result<std::shared_ptr<RequestState>> post_op(PostArgs args, bool holdable);
+  // How an op starts on the loop: it may be fused (it uses the automatic topology), it
+  // runs alone, or it closes the gate behind it (a topology swap).
+  enum class Entry { Fusable, Alone, Gating };
+  // Gives a prepared op to its backend through the loop and the gate.
+  Result<std::shared_ptr<RequestState>> hand_over(std::shared_ptr<PostedOp> op, bool holdable, Entry entry);
   // Hands a prepared op's start to the I/O thread, or (holdable) holds it in the calling
   // thread's open group. Fails (releasing the op's name) once the peer is closed.
   Status queue(const std::shared_ptr<PostedOp>& op, std::function<void()> task, bool holdable);
