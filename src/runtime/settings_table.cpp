@@ -200,14 +200,14 @@ const Setting kSettings[] = {
             "than one peer: a peer alone opens no links and checks nothing). On the emulated "
             "cluster's shaped 1 Gbit/s links with jumbo frames, `cubic` kept the queue full "
             "where the host's `bbr` left gaps: allreduce 16 MiB 0.955 vs 0.935 of the link rate "
-            "(see the README's performance section)."},
+            "(see docs/performance.md)."},
     {.name = "TAIJI_LOG_LEVEL", .field = "log_level", .type = T::Enum,
      .member = &Config::log_level, .words = kLogLevels, .what = "log level", .def = "warn",
      .doc = "`trace`, `debug`, `info`, `warn`, `error`, `critical` or `off` (lower case)."},
     {.name = "TAIJI_SECRET_FILE", .field = "secret_file", .type = T::String,
      .member = &Config::secret_file, .def_doc = "none",
      .doc = "Job secret: every connection is authenticated with it (HMAC-SHA256 "
-            "challenge–response, see the README's threat model). The file must be a regular file "
+            "challenge–response, see docs/security.md). The file must be a regular file "
             "with no group or other permission bits (`chmod 600`) and hold 16 bytes to 4 KiB, "
             "used verbatim. `taiji-run --secret` makes one per job."},
     {.name = "TAIJI_HANDSHAKE_TIMEOUT_MS", .field = "handshake_timeout_ms", .type = T::Millis,
@@ -271,9 +271,8 @@ const Setting kSettings[] = {
             "longer): the most an op posted with no caller waiting waits for the loop."},
     {.name = "TAIJI_FUSION", .field = "fusion", .type = T::Switch, .member = &Config::fusion,
      .unset = -1, .words = kOnOffWords, .what = "unset", .def = "off",
-     .doc = "`on` (or `1`): small allreduces are fused (see the README's *Fusion of small "
-            "allreduces*); `off` (or `0`): every op runs alone. Every peer of a job must use the "
-            "same setting."},
+     .doc = "`on` (or `1`): small allreduces are fused (see docs/fusion.md); `off` (or "
+            "`0`): every op runs alone. Every peer of a job must use the same setting."},
     {.name = "TAIJI_FUSION_MAX_OP_BYTES", .field = "fusion_max_op_bytes", .type = T::Bytes,
      .member = &Config::fusion_max_op_bytes, .max = kNoMax, .what = "fusion op size",
      .def = "64K",
