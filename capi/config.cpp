@@ -21,10 +21,6 @@ namespace {
 // A struct from a header older than taiji_config_set has no room for the settings pointer.
 constexpr size_t kSettingsEnd = offsetof(taiji_config_t, settings) + sizeof(taiji_settings_t*);
 
-bool has_settings_field(const taiji_config_t* config) {
-  return config->struct_size >= kSettingsEnd && config->struct_size <= (1u << 16);
-}
-
 taiji_status_t refuse(taiji_status_t code, std::string message) {
   taiji_capi::init_error = std::move(message);
   return code;
@@ -33,6 +29,10 @@ taiji_status_t refuse(taiji_status_t code, std::string message) {
 }  // namespace
 
 namespace taiji_capi {
+
+bool has_settings_field(const taiji_config_t* config) {
+  return config->struct_size >= kSettingsEnd && config->struct_size <= (1u << 16);
+}
 
 taiji::Status apply_settings(const taiji_config_t& config, taiji::Config* out) {
   if (config.settings == nullptr) return {};
@@ -53,7 +53,7 @@ taiji_status_t taiji_config_set(taiji_config_t* config, const char* key, const c
   taiji_capi::init_error.clear();
   if (config == nullptr) return refuse(TAIJI_ERR_INVALID_ARGUMENT, "config is NULL");
   if (key == nullptr) return refuse(TAIJI_ERR_INVALID_ARGUMENT, "key is NULL");
-  if (!has_settings_field(config)) {
+  if (!taiji_capi::has_settings_field(config)) {
     return refuse(TAIJI_ERR_INVALID_ARGUMENT,
                   "config.struct_size has no room for settings (use TAIJI_CONFIG_INIT)");
   }
@@ -88,7 +88,7 @@ taiji_status_t taiji_config_set(taiji_config_t* config, const char* key, const c
 }
 
 void taiji_config_clear(taiji_config_t* config) {
-  if (config == nullptr || !has_settings_field(config)) return;
+  if (config == nullptr || !taiji_capi::has_settings_field(config)) return;
   delete config->settings;
   config->settings = nullptr;
 }

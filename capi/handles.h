@@ -71,6 +71,9 @@ taiji::Result<std::shared_ptr<taiji::RequestState>> post_with_grad_stats(
 
 // Applies the keys set by taiji_config_set over the explicit values (capi/config.cpp).
 taiji::Status apply_settings(const taiji_config_t& config, taiji::Config* out);
+// Whether the caller's struct_size covers the whole settings field (an older header's
+// struct ends before it, or the size is bogus).
+bool has_settings_field(const taiji_config_t* config);
 
 // Runs fn, turning any escaping exception into a status.
 template <typename Fn>

@@ -205,6 +205,8 @@ taiji_status_t taiji_peer_init_versioned(uint32_t header_version, const taiji_co
         return fail(TAIJI_ERR_INVALID_ARGUMENT, "config.struct_size is not set (use TAIJI_CONFIG_INIT)");
       }
       std::memcpy(&c, config, std::min(config->struct_size, sizeof(c)));
+      // A struct that ends inside the settings pointer copied only part of it.
+      if (!has_settings_field(config)) c.settings = nullptr;
       explicit_values.rank = c.rank;
       explicit_values.size = c.size;
       if (c.rendezvous != nullptr) explicit_values.rendezvous = c.rendezvous;

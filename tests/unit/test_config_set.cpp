@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -93,6 +94,19 @@ TEST_CASE("config_set: unknown keys, bad values and bounds are refused at the ca
   CHECK(taiji_config_set(&old, "TAIJI_FUSION", "on") == TAIJI_ERR_INVALID_ARGUMENT);
   CHECK(contains(last_error(), "struct_size"));
   CHECK(old.settings == nullptr);
+}
+
+TEST_CASE("config_set: init ignores a settings pointer its struct_size cuts short", "[configset]") {
+  // An older caller's struct ends inside the field: whatever lies there is not its pointer.
+  taiji_config_t cut = TAIJI_CONFIG_INIT;
+  std::memset(&cut.settings, 0xA5, sizeof cut.settings);
+  cut.struct_size = offsetof(taiji_config_t, settings) + sizeof cut.settings / 2;
+  taiji_peer_t* peer = nullptr;
+  INFO(last_error());
+  REQUIRE(taiji_peer_init(&cut, &peer) == TAIJI_OK);
+  CHECK(taiji_peer_size(peer) == 1);
+  CHECK(taiji_peer_finalize(peer) == TAIJI_OK);
+  taiji_peer_destroy(peer);
 }
 
 TEST_CASE("config_set: the set values reach the peer and win over the environment",
