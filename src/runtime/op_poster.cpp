@@ -68,16 +68,17 @@ Result<BoundStrategy> OpPoster::resolve_topology(const std::string& text) const 
   return bind_custom(std::move(parsed.value()));
 }
 
-BoundStrategy OpPoster::by_size(const CollectiveSpec& spec) const {
+BoundStrategy OpPoster::by_size(const CollectiveSpec& spec, const StrategyCache& cache) const {
   uint64_t bytes = send_elements(spec) * dtype_size(spec.dtype);
-  return strategies_->get(strategy_id(select_strategy(bytes, spec.size, default_selection())));
+  return cache.get(strategy_id(select_strategy(bytes, spec.size, default_selection())));
 }
 
 void OpPoster::bind(PostedOp& op) const {
-  if (!op.spec.strategy) use_strategy(op, current_.strategy ? current_ : by_size(op.spec));
+  if (op.spec.strategy) return;
+  use_strategy(op, current_.strategy ? current_ : by_size(op.spec, *strategies_));
 }
 
-void OpPoster::bind_by_size(PostedOp& op) const { use_strategy(op, by_size(op.spec)); }
+void OpPoster::bind_by_size(PostedOp& op) const { use_strategy(op, by_size(op.spec, *strategies_)); }
 
 void OpPoster::enter(std::function<void()> start) {
   if (gate_) {
@@ -164,7 +165,8 @@ Result<PostedOp> OpPoster::prepare(PostArgs& args) {
   op.request = std::make_shared<RequestState>(op.version, std::move(args.callback));
   if (io_->adaptive()) op.request->set_spin(io_->spin_ns(), io_->baton());
   if (explicit_strategy.strategy) use_strategy(op, explicit_strategy);
-  if (args.by_size) bind_by_size(op);
+  // The calling thread's: the cache may be replaced on the I/O thread meanwhile.
+  if (args.by_size) use_strategy(op, by_size(op.spec, *strategies()));
   return op;
 }
 

@@ -104,7 +104,7 @@ class OpPoster final : public ClusterListener {
   // I/O thread: starts an op now, or later if a topology change is being agreed.
   void enter(std::function<void()> start);
   Backend* backend_for(const PostedOp& op) const;
-  BoundStrategy by_size(const CollectiveSpec& spec) const;
+  BoundStrategy by_size(const CollectiveSpec& spec, const StrategyCache& cache) const;
   std::shared_ptr<const StrategyCache> strategies() const;
 
   const Config& config_;
@@ -115,7 +115,9 @@ class OpPoster final : public ClusterListener {
   std::vector<Backend*> backends_;
   PostGroups groups_;
   mutable std::mutex strategies_mu_;
-  std::shared_ptr<const StrategyCache> strategies_;  // under strategies_mu_ but on the I/O thread
+  // Replaced on the I/O thread (or before the loop runs) under strategies_mu_; read there
+  // without it, elsewhere through strategies().
+  std::shared_ptr<const StrategyCache> strategies_;
 
   // I/O thread only: the topology ops use when they name none (empty: by size), and ops
   // waiting for a topology change to settle.
