@@ -89,11 +89,13 @@ void store_number(const Setting& s, Config* c, uint64_t v) {
 // Explicit numbers: within the setting's range, or its unset value.
 Status check_integer(const Setting& s, const Config& c) {
   bool ok = true;
+  bool negative = false;
   std::visit(
       [&](auto member) {
         using T = std::remove_cvref_t<decltype(c.*member)>;
         if constexpr (std::is_signed_v<T>) {
           const int64_t v = c.*member;
+          negative = v < 0 && v != s.unset;
           ok = v == s.unset || (v >= 0 && static_cast<uint64_t>(v) >= s.min &&
                                 static_cast<uint64_t>(v) <= s.max);
         } else if constexpr (std::is_unsigned_v<T>) {
@@ -103,8 +105,10 @@ Status check_integer(const Setting& s, const Config& c) {
       },
       s.member);
   if (ok) return Status::ok();
-  return config_error(value_source(s, c) + " is not in " + std::to_string(s.min) + ".." +
-                      std::to_string(s.max));
+  if (negative) return config_error(value_source(s, c) + " is negative");
+  std::string why = " is not in " + std::to_string(s.min) + ".." + std::to_string(s.max);
+  if (!s.bound_why.empty()) why += " (" + std::string(s.bound_why) + ")";
+  return config_error(value_source(s, c) + why);
 }
 
 Status check_bytes(const Setting& s, uint64_t v, const std::string& source) {

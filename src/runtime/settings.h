@@ -47,7 +47,7 @@ struct Setting {
   std::span<const SettingWord> words = {};
   // What errors call it ("chunk size"); for a Switch, what -1 stands for ("auto").
   std::string_view what = {};
-  std::string_view bound_why = {};  // why Bytes bounds are what they are, for their error
+  std::string_view bound_why = {};  // why the bounds are what they are, for their error
   // String: "" when the value is acceptable, else why not ("is not host:port: ...").
   std::string (*check)(const std::string& value) = nullptr;
   // The default as text parsed like a value; empty: none, or computed by `computed_default`.

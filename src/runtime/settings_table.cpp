@@ -156,7 +156,7 @@ const Setting kSettings[] = {
             "`4294967295` (4 GiB − 1, the largest buffer libuv writes in one piece)."},
     {.name = "TAIJI_MAX_NAME_LEN", .field = "max_name_len", .type = T::Integer,
      .member = &Config::max_name_len, .unset = 0, .min = 1, .max = kMaxNameLenCap,
-     .def = "256",
+     .bound_why = "the frame header holds it in 16 bits", .def = "256",
      .doc = "Longest op name (and job id) accepted, 32..65535 (the frame holds it in 16 bits; "
             "the library's own ops need names of up to 18 bytes, a statistics-carrying allreduce "
             "9 more than its own). Plain integer, no suffix."},
