@@ -14,7 +14,7 @@ struct Cluster {
   uint32_t version = 1;
   int rank = 0;
   int size = 1;
-  std::vector<std::string> addresses;  // by rank: "host:port" to dial; empty for size 1
+  std::vector<std::string> addresses;  // by rank: "host:port" to dial (none for one rank)
   std::vector<int> host_of;            // by rank: host index, numbered by first appearance
 };
 
@@ -22,8 +22,9 @@ struct Cluster {
 // current cluster where it needs it, never a copy, and is told when it changes.
 class ClusterListener {
  public:
-  // I/O thread: the membership is now `now` (its version above `before`'s); per-rank
-  // state is resized and renumbered to it before anything of the new version arrives.
+  // I/O thread: the membership is now `now` (its version above `before`'s). A change
+  // keeps rank and size for now; once it may not, per-rank state follows it here, before
+  // anything of the new version arrives.
   virtual void cluster_changed(const Cluster& before, const Cluster& now) = 0;
 
  protected:

@@ -3,9 +3,10 @@
 // current() in place; other threads read rank, size and version, or a snapshot), never a
 // copy of their own, and those with per-membership state listen for changes.
 //
-// A change is fired on the I/O thread with a higher version: the cluster is replaced,
-// then every listener is told in the order it registered (transports first, so that
-// frames of the old version are refused from then on, then the engine and the rest).
+// A change is fired on the I/O thread with a higher version: the cluster is replaced in
+// place, so the transports, which read it where they stamp and check frames, refuse the
+// old version from then on; then every listener is told in the order it registered (the
+// host backend, op posting, the peer).
 // Losing a link is an event of the membership too: the ops that need the lost rank fail
 // (the engine's part), and the membership decides what the peer does next. Without a way
 // to continue on fewer ranks, that is a sticky PeerLost for the peer.
