@@ -15,8 +15,9 @@
 #include <vector>
 
 #include "../support/descriptor_limit.h"
-#include "monitor/log.h"
+#include "../support/loopback_client.h"
 #include "bootstrap/rendezvous.h"
+#include "monitor/log.h"
 
 using namespace taiji;
 using Clock = std::chrono::steady_clock;
@@ -63,42 +64,6 @@ void bound_receives(int fd, int timeout_ms) {
   timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
   REQUIRE(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
 }
-
-struct RawSocket {
-  int fd = -1;
-  explicit RawSocket(uint16_t port) {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
-  }
-  ~RawSocket() { close_now(); }
-  void close_now() {
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
-  void send_bytes(const std::string& data) {
-    REQUIRE(send(fd, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size()));
-  }
-  // True when the server closed the connection within timeout_ms (any bytes before the
-  // end, such as a bad-request reply, are skipped).
-  bool closed_by_server(int timeout_ms) {
-    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    char buf[256];
-    for (;;) {
-      int left = static_cast<int>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-      if (left <= 0) return false;
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, left) <= 0) return false;
-      ssize_t n = recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) return true;
-    }
-  }
-};
 
 void check_round_trip(RendezvousClient& c, const std::string& key, const std::string& value) {
   REQUIRE(c.set(key, value, 5000).is_ok());
@@ -211,34 +176,34 @@ TEST_CASE("rendezvous survives misbehaving clients", "[rendezvous]") {
   // A get parked across all the abuse below must still be answered.
   auto parked = std::async(std::launch::async, [&] { return waiter->get("final", 10000); });
 
-  RawSocket silent(server->port());  // connects and sends nothing
+  LoopbackClient silent(server->port());  // connects and sends nothing
 
-  RawSocket half(server->port());  // half a request, then stays
+  LoopbackClient half(server->port());  // half a request, then stays
   half.send_bytes(std::string("S") + u32le(10) + "abc");
 
   {
-    RawSocket gone(server->port());  // disconnects mid-request
+    LoopbackClient gone(server->port());  // disconnects mid-request
     gone.send_bytes(std::string("G") + u32le(5) + "ke");
   }
   {
-    RawSocket gone_parked(server->port());  // disconnects while its get is parked
+    LoopbackClient gone_parked(server->port());  // disconnects while its get is parked
     gone_parked.send_bytes(std::string("G") + u32le(4) + "nope" + u32le(60000));
   }
   check_round_trip(*good, "k1", "v1");
 
-  RawSocket garbage(server->port());
+  LoopbackClient garbage(server->port());
   garbage.send_bytes("hello, this is not the protocol\n");
   CHECK(garbage.closed_by_server(5000));
 
-  RawSocket long_key(server->port());
+  LoopbackClient long_key(server->port());
   long_key.send_bytes(std::string("G") + u32le(1025));
   CHECK(long_key.closed_by_server(5000));
 
-  RawSocket huge_key(server->port());
+  LoopbackClient huge_key(server->port());
   huge_key.send_bytes(std::string("S") + u32le(0xffffffffu));
   CHECK(huge_key.closed_by_server(5000));
 
-  RawSocket long_value(server->port());
+  LoopbackClient long_value(server->port());
   long_value.send_bytes(std::string("S") + u32le(1) + "k" + u32le(64 * 1024 + 1));
   CHECK(long_value.closed_by_server(5000));
 
@@ -433,9 +398,9 @@ TEST_CASE("rendezvous serves at most max_clients at once; later ones wait, and l
   limits.max_clients = 2;
   auto server = start_limited(limits);
   // The backlog is served in order: these two take both places.
-  RawSocket a(server->port());
-  RawSocket b(server->port());
-  RawSocket waiting(server->port());
+  LoopbackClient a(server->port());
+  LoopbackClient b(server->port());
+  LoopbackClient waiting(server->port());
   waiting.send_bytes("S" + u32le(1) + "k" + u32le(1) + "v");
   pollfd p{waiting.fd, POLLIN, 0};
   CHECK(poll(&p, 1, 300) == 0);  // not answered while both places are taken
@@ -462,9 +427,9 @@ TEST_CASE("rendezvous closes a client that completes no request within the idle 
   limits.idle_ms = 500;
   auto server = start_limited(limits);
   // Half a request, then nothing: its place is not held past the idle limit.
-  RawSocket half(server->port());
+  LoopbackClient half(server->port());
   half.send_bytes("S" + u32le(1));
-  RawSocket silent(server->port());
+  LoopbackClient silent(server->port());
   auto t0 = Clock::now();
   CHECK(half.closed_by_server(10000));
   CHECK(silent.closed_by_server(10000));

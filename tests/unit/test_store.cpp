@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "../support/loopback_client.h"
 #include "bootstrap/rendezvous.h"
 #include "bootstrap/store_wire.h"
 
@@ -45,40 +46,6 @@ std::string u32le(uint32_t v) {
   store_wire::append_u32(s, v);
   return s;
 }
-
-struct RawSocket {
-  int fd = -1;
-  explicit RawSocket(uint16_t port) {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
-  }
-  ~RawSocket() { close(fd); }
-  void send_bytes(const std::string& data) {
-    REQUIRE(send(fd, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size()));
-  }
-  // Everything the server sends until it closes the connection, or nullopt when it has not
-  // closed it within timeout_ms.
-  std::optional<std::string> until_closed(int timeout_ms) {
-    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    std::string got;
-    char buf[256];
-    for (;;) {
-      int left = static_cast<int>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-      if (left <= 0) return std::nullopt;
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, left) <= 0) return std::nullopt;
-      ssize_t n = recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) return got;
-      got.append(buf, static_cast<size_t>(n));
-    }
-  }
-};
 
 const std::string kBadReply = store_wire::encode_reply(store_wire::kStatusBadRequest, {});
 
@@ -267,7 +234,7 @@ TEST_CASE("store server closes a malformed request's connection and nothing else
   auto server = start_server();
   auto good = connect_to(*server);
   REQUIRE(good->set("k", "abc", 2000).is_ok());
-  RawSocket truncated(server->port());
+  LoopbackClient truncated(server->port());
   truncated.send_bytes("C" + u32le(1) + "k" + std::string(1, '\0') + u32le(3) + "ab");
 
   struct Case {
@@ -289,7 +256,7 @@ TEST_CASE("store server closes a malformed request's connection and nothing else
   };
   for (const Case& bad : cases) {
     INFO(bad.what);
-    RawSocket s(server->port());
+    LoopbackClient s(server->port());
     s.send_bytes(bad.bytes);
     auto got = s.until_closed(5000);
     REQUIRE(got.has_value());
