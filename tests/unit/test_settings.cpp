@@ -131,10 +131,11 @@ TEST_CASE("settings: a parsed value is an explicit one; resolution keeps it over
           "[settings]") {
   Config c = parsed("TAIJI_CHUNK_BYTES", "8K");
   REQUIRE(parse_setting(*find_setting("TAIJI_MAX_NAME_LEN"), "40", &c).is_ok());
+  // Static: the lookup's answers must outlive each call.
   EnvLookup env = [](const char* name) -> const char* {
-    const std::map<std::string, std::string> vars = {{"TAIJI_CHUNK_BYTES", "64K"},
-                                                     {"TAIJI_MAX_NAME_LEN", "50"},
-                                                     {"TAIJI_EAGER_BYTES", "2K"}};
+    static const std::map<std::string, std::string> vars = {{"TAIJI_CHUNK_BYTES", "64K"},
+                                                            {"TAIJI_MAX_NAME_LEN", "50"},
+                                                            {"TAIJI_EAGER_BYTES", "2K"}};
     auto it = vars.find(name);
     return it == vars.end() ? nullptr : it->second.c_str();
   };
