@@ -417,6 +417,100 @@ TAIJI_API uint64_t taiji_request_version(const taiji_request_t *request);
  * and its buffers stay in use until it completes. Accepts NULL. */
 TAIJI_API void taiji_request_free(taiji_request_t *request);
 
+/* ---- point-to-point ------------------------------------------------------------------ *
+ * A send on rank s to rank d matches the recv on rank d from rank s with the same name
+ * and version; nothing else takes part. Automatic versions (options.version == 0) count
+ * per (name, direction, other rank): the n-th send of "x" to rank 3 is version n, and so
+ * is the n-th recv of "x" from the rank that sends it. The names are those of the
+ * collectives (same rules, same reserved prefix) but a separate space: a send "x" never
+ * meets a collective "x". Both sides must pass the same count and dtype, or both fail with
+ * ERR_MISMATCH. Deadlines, back-pressure (a sender far ahead of its receiver is paused, as
+ * with early collective data), callbacks, groups and the request rules are those of the
+ * collectives. dst == src == own rank is ERR_INVALID_ARGUMENT, as is a rank out of range.
+ * Errors as for the collectives. */
+TAIJI_API taiji_status_t taiji_send(taiji_peer_t *peer, const char *name, const void *buf,
+                                    size_t count, taiji_dtype_t dtype, int dst,
+                                    const taiji_op_options_t *options,
+                                    taiji_request_t **request);
+TAIJI_API taiji_status_t taiji_recv(taiji_peer_t *peer, const char *name, void *buf,
+                                    size_t count, taiji_dtype_t dtype, int src,
+                                    const taiji_op_options_t *options,
+                                    taiji_request_t **request);
+
+/* ---- sub-groups ---------------------------------------------------------------------- */
+
+/* Splits the peer's job, like MPI_Comm_split or ncclCommSplit: a collective over `peer`
+ * (every rank calls it, in the same order relative to its other splits). Ranks passing the
+ * same color >= 0 form one child job, ranked by (key, parent rank); a rank passing a
+ * negative color takes part but gets *child = NULL. The child is a peer like any other:
+ * every collective, its own names and versions, its own topology and settings (copied
+ * from the parent's configuration). Destroy (or finalize) children before their parent.
+ * Blocks. options may be NULL; options.timeout_ms bounds the whole split (default: the
+ * peer's op timeout); other fields are ignored. On error *child is NULL. Errors:
+ * ERR_INVALID_ARGUMENT (NULL peer or child, a blocking call from a callback, inside a
+ * group), ERR_TIMEOUT, ERR_PEER_LOST, ERR_BOOTSTRAP, ERR_FINALIZED, ERR_NO_MEMORY. */
+TAIJI_API taiji_status_t taiji_peer_split(taiji_peer_t *peer, int color, int key,
+                                          const taiji_op_options_t *options,
+                                          taiji_peer_t **child);
+
+/* ---- names and sizes, for bindings -------------------------------------------------- */
+
+/* Bytes per element; 0 for a value that is not a taiji_dtype_t. Never blocks. */
+TAIJI_API size_t taiji_dtype_size(taiji_dtype_t dtype);
+/* "f32", "f64", "f16", "bf16", "i8", "u8", "i32", "u32", "i64", "u64"; "unknown" for other
+ * values. Static strings. */
+TAIJI_API const char *taiji_dtype_name(taiji_dtype_t dtype);
+/* "sum", "prod", "min", "max", "avg"; "unknown" for other values. Static strings. */
+TAIJI_API const char *taiji_reduce_op_name(taiji_reduce_op_t op);
+
+/* ---- logging ---------------------------------------------------------------------- *
+ * The log is the one thing shared by every peer of a process (like TAIJI_LOG_LEVEL). */
+
+typedef enum taiji_log_level {
+  TAIJI_LOG_TRACE = 0,
+  TAIJI_LOG_DEBUG = 1,
+  TAIJI_LOG_INFO = 2,
+  TAIJI_LOG_WARN = 3,
+  TAIJI_LOG_ERROR = 4,
+  TAIJI_LOG_CRITICAL = 5
+} taiji_log_level_t;
+
+/* Receives each log line (the text without time or level; valid during the call). It
+ * runs on whichever thread logs, the I/O threads included, one call at a time: it must
+ * not block for long and must not call taiji functions. */
+typedef void (*taiji_log_callback_t)(taiji_log_level_t level, const char *message,
+                                     void *user_data);
+
+/* Sends the process's taiji log to `callback` instead of stderr; NULL goes back to
+ * stderr. Lines below `level` are dropped before formatting (the level the environment's
+ * TAIJI_LOG_LEVEL set is replaced). When it returns, no call to the previous callback is
+ * running or will start. Errors: ERR_INVALID_ARGUMENT (a level out of range). */
+TAIJI_API taiji_status_t taiji_set_log_callback(taiji_log_callback_t callback,
+                                                taiji_log_level_t level, void *user_data);
+
+/* ---- rendezvous server ------------------------------------------------------------ *
+ * The store peers meet at (what taiji-run serves). A launcher or binding that has its own
+ * way to tell the job an address (torch's store, a file) starts one, publishes
+ * taiji_rendezvous_address, and gives that to every peer as config.rendezvous with
+ * host_rendezvous = 0. */
+
+typedef struct taiji_rendezvous taiji_rendezvous_t;
+
+/* Binds host:port and serves on a thread of its own; port 0 lets the system choose (no
+ * race: the socket stays bound). Give a host the peers can dial (not 0.0.0.0): the
+ * address reported is that host and the bound port. Keep it running until every peer that
+ * uses it is finalized or destroyed. On error *server is NULL and
+ * taiji_peer_last_error(NULL) on the calling thread says why. Errors: ERR_INVALID_ARGUMENT
+ * (NULL, not "host:port"), ERR_IO or ERR_BOOTSTRAP (cannot bind), ERR_NO_MEMORY. */
+TAIJI_API taiji_status_t taiji_rendezvous_start(const char *host_port,
+                                                taiji_rendezvous_t **server);
+/* "host:port" it serves on, the port the one bound. Writes it NUL-terminated, cut to len,
+ * and returns its full length (without the NUL); buf may be NULL with len 0. */
+TAIJI_API size_t taiji_rendezvous_address(const taiji_rendezvous_t *server, char *buf,
+                                          size_t len);
+/* Stops serving (clients still connected are closed) and frees it. Accepts NULL. */
+TAIJI_API void taiji_rendezvous_stop(taiji_rendezvous_t *server);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <string_view>
 
 namespace taiji {
@@ -12,5 +13,11 @@ spdlog::logger& log();
 // trace, debug, info, warn, error, critical, off. Unknown names leave the level unchanged
 // and return false.
 bool set_log_level(std::string_view level);
+
+// Where lines go instead of stderr: (spdlog level, the message without time or level).
+// Called with the sink's lock held, one line at a time. An empty sink restores stderr; once
+// set_log_sink returns, the previous sink is not running and will not run again.
+using LogSink = std::function<void(int level, std::string_view message)>;
+void set_log_sink(LogSink sink);
 
 }  // namespace taiji
