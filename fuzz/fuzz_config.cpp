@@ -127,9 +127,10 @@ void check_resolved(const Config& c) {
   check(c.unexpected_bytes >= 1, "unexpected_bytes is 0");
   check(c.max_name_len >= 1 && c.max_name_len <= 65535, "max_name_len outside [1, 65535]");
   check(c.job_id.size() <= c.max_name_len, "job id longer than max_name_len");
-  bool known_level = false;
+  // Unset (empty) leaves the process's level alone.
+  bool known_level = c.log_level.empty();
   for (std::string_view l : kLogLevels) known_level = known_level || c.log_level == l;
-  check(known_level, "log level not one of the known names");
+  check(known_level, "log level neither unset nor one of the known names");
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "monitor/flight_recorder.h"
 #include "monitor/histogram.h"
 #include "monitor/link_counters.h"
+#include "monitor/refusals.h"
 #include "monitor/metric_names.h"
 
 namespace taiji {
@@ -63,6 +64,8 @@ class Metrics {
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
   // size() counters, one per rank (this rank's stays 0), for the transport.
   LinkCounters* link_counters() { return links_.get(); }
+  // Connections refused before they became links, by reason, for the transport.
+  RefusalCounters* refusal_counters() { return &refusals_; }
   // Bytes of frames that arrived before their op was posted, held now (I/O thread): the
   // snapshot reports the most ever held at once, to be read against TAIJI_UNEXPECTED_BYTES.
   void note_early_bytes(uint64_t held) {
@@ -177,6 +180,7 @@ class Metrics {
     uint64_t dumps = 0;
     size_t flight_capacity = 0;
     uint64_t early_bytes_max = 0;
+    std::array<uint64_t, kRefusalReasons> refused{};  // by RefusalReason
   };
   View view() const;
   void append_prometheus_ops(std::string& out, const std::string& rank, const View& v) const;
@@ -189,6 +193,7 @@ class Metrics {
   std::atomic<bool> enabled_{true};
   std::unique_ptr<LinkCounters[]> links_;
   std::atomic<uint64_t> early_bytes_max_{0};  // written by the I/O thread only
+  RefusalCounters refusals_;
 
   mutable std::mutex mu_;
   std::condition_variable rtt_cv_;

@@ -49,6 +49,7 @@ Metrics::View Metrics::view() const {
   for (const auto& [k, g] : gauges_) v.gauges.push_back(g);
   v.dumps = dumps_;
   v.early_bytes_max = early_bytes_max_.load(std::memory_order_relaxed);
+  for (int r = 0; r < kRefusalReasons; ++r) v.refused[r] = refusals_.get(static_cast<RefusalReason>(r));
   v.flight_capacity = flight_.capacity();
   std::sort(v.names.begin(), v.names.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -122,6 +123,12 @@ std::string Metrics::json() const {
            ",\"read_pauses\":" + std::to_string(l.read_pauses) + '}';
   }
   out += "],\"early_arrival_bytes_max\":" + std::to_string(v.early_bytes_max);
+  out += ",\"refused_connections\":{";
+  for (int r = 0; r < kRefusalReasons; ++r) {
+    if (r > 0) out += ',';
+    out += std::string("\"") + refusal_label(static_cast<RefusalReason>(r)) + "\":" + std::to_string(v.refused[r]);
+  }
+  out += '}';
 
   out += ",\"steps\":{\"count\":" + std::to_string(v.steps.count) + ",\"median_seconds\":";
   append_json_number(out, v.steps.median);

@@ -147,6 +147,12 @@ void Metrics::append_prometheus_rest(std::string& out, const std::string& rank, 
   each_link([&](const std::string& l, const LinkView& k) { sample(out, "taiji_link_read_pauses_total", rank, l, k.read_pauses); });
   family(out, "taiji_early_arrival_bytes_max", "gauge", "Most bytes held at once for ops not posted yet (cap: TAIJI_UNEXPECTED_BYTES, one frame over).");
   sample(out, "taiji_early_arrival_bytes_max", rank, "", v.early_bytes_max);
+  family(out, "taiji_refused_connections_total", "counter",
+         "Connections refused before their handshake completed, by reason.");
+  for (int r = 0; r < kRefusalReasons; ++r) {
+    sample(out, "taiji_refused_connections_total", rank,
+           label("reason", refusal_label(static_cast<RefusalReason>(r))), v.refused[r]);
+  }
 
   family(out, "taiji_steps_total", "counter", "Steps marked by every rank (taiji_step_mark) and gathered.");
   sample(out, "taiji_steps_total", rank, "", v.steps.count);

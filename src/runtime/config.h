@@ -35,7 +35,7 @@ struct Config {
   uint32_t max_name_len = 0;        // cap of an op name; 0: unset (256)
   std::string topology;             // built-in name or explicit text; empty: automatic by size
   std::string host_label;           // peers with equal labels share a host; empty: listen_host
-  std::string log_level;            // trace, debug, info, warn, error, off; empty: warn
+  std::string log_level;            // trace, debug, info, warn, error, off; empty: leave it
   std::string secret_file;          // job secret for authenticating connections; empty: none
   std::string secret;               // filled from secret_file by resolve_config
   int64_t handshake_timeout_ms = 0; // a connection's handshake deadline; 0: unset (10000)

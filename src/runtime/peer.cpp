@@ -26,7 +26,8 @@ Peer::Peer(const Config& config)
       membership_(config_.rank, config_.size),
       io_(config_.progress == "adaptive", config_.spin_us),
       poster_(config_, &membership_, &io_, &names_, [this] { return closed(); }) {
-  set_log_level(config_.log_level);
+  // The level is the process's: only a peer told to set it does.
+  if (!config_.log_level.empty()) set_log_level(config_.log_level);
   metrics_ = std::make_unique<Metrics>(config_.rank, config_.size,
                                        static_cast<size_t>(config_.flight_recorder_size));
   metrics_->set_enabled(config_.metrics == 1);
@@ -42,6 +43,7 @@ Peer::Peer(const Config& config)
   to.handshake_timeout_ms = static_cast<uint64_t>(config_.handshake_timeout_ms);
   to.max_pending_connections = static_cast<int>(config_.max_pending_connections);
   to.link_counters = metrics_->link_counters();
+  to.refusals = metrics_->refusal_counters();
   ShmOptions so;
   so.cluster = &membership_.current();
   so.limits = to.limits;

@@ -202,8 +202,12 @@ const Setting kSettings[] = {
             "where the host's `bbr` left gaps: allreduce 16 MiB 0.955 vs 0.935 of the link rate "
             "(see docs/performance.md)."},
     {.name = "TAIJI_LOG_LEVEL", .field = "log_level", .type = T::Enum,
-     .member = &Config::log_level, .words = kLogLevels, .what = "log level", .def = "warn",
-     .doc = "`trace`, `debug`, `info`, `warn`, `error`, `critical` or `off` (lower case)."},
+     .member = &Config::log_level, .words = kLogLevels, .what = "log level",
+     .def_doc = "`warn`, or as left",
+     .doc = "`trace`, `debug`, `info`, `warn`, `error`, `critical` or `off` (lower case). The "
+            "level is the process's, shared by all its peers: a peer that sets it sets it for "
+            "them all; unset, a peer leaves it as it is (`warn`, or what "
+            "`taiji_set_log_callback` chose)."},
     {.name = "TAIJI_SECRET_FILE", .field = "secret_file", .type = T::String,
      .member = &Config::secret_file, .def_doc = "none",
      .doc = "Job secret: every connection is authenticated with it (HMAC-SHA256 "

@@ -34,6 +34,7 @@ const char* type_name(MsgType t) {
     case MsgType::ShmReply: return "ShmReply";
     case MsgType::ShmData: return "ShmData";
     case MsgType::ShmBell: return "ShmBell";
+    case MsgType::Refuse: return "Refuse";
   }
   return "?";
 }

@@ -36,8 +36,9 @@ enum class MsgType : uint8_t {
   ShmReply = 10,  // answer to a ShmOffer: chunk = 1 when mapped, 0 when declined
   ShmData = 11,   // a Data frame whose payload is in the ring (payload: where)
   ShmBell = 12,   // frames wait in the shared-memory mailbox (no payload)
+  Refuse = 13,    // handshake: why the acceptor closes (payload: one RefuseReason byte)
 };
-constexpr uint8_t kMaxMsgType = 12;
+constexpr uint8_t kMaxMsgType = 13;
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;

@@ -81,7 +81,9 @@ Status Handshake::start(std::vector<OutMessage>* out) {
 Status Handshake::on_frame(const FrameHeader& h, const std::string& name,
                            const std::vector<uint8_t>& payload, std::vector<OutMessage>* out) {
   Status s;
-  if (state_ == State::AwaitHello && h.type == MsgType::Hello) {
+  if (role_ == Role::Dialer && h.type == MsgType::Refuse && state_ != State::Done) {
+    s = on_refuse(h, payload);
+  } else if (state_ == State::AwaitHello && h.type == MsgType::Hello) {
     s = on_hello(h, name, payload, out);
   } else if (state_ == State::AwaitAuth && h.type == MsgType::Auth) {
     s = on_auth(payload, out);
@@ -109,6 +111,10 @@ Status Handshake::on_hello(const FrameHeader& h, const std::string& name,
   }
   const size_t want = p_.secret.empty() ? 0 : kNonceBytes;
   if (payload.size() != want) {
+    if (role_ == Role::Acceptor) {
+      const RefuseReason why = want == 0 ? RefuseReason::AcceptorHasNoSecret : RefuseReason::DialerHasNoSecret;
+      out->push_back(frame(MsgType::Refuse, {static_cast<uint8_t>(why)}));
+    }
     return {Code::Auth, want == 0 ? who + " offers authentication, but this peer has no job secret"
                                   : who + " offers no authentication, but this job has a secret"};
   }
@@ -131,6 +137,18 @@ Status Handshake::on_hello(const FrameHeader& h, const std::string& name,
   out->push_back(frame(MsgType::Auth, std::move(ours)));
   state_ = State::AwaitAuth;
   return {};
+}
+
+Status Handshake::on_refuse(const FrameHeader& h, const std::vector<uint8_t>& payload) const {
+  const std::string who = "rank " + std::to_string(h.src_rank) + " refused the connection: ";
+  const int reason = payload.size() == 1 ? payload[0] : 0;
+  switch (static_cast<RefuseReason>(reason)) {
+    case RefuseReason::DialerHasNoSecret:
+      return {Code::Auth, who + "its job has a secret and this peer has none (set TAIJI_SECRET_FILE)"};
+    case RefuseReason::AcceptorHasNoSecret:
+      return {Code::Auth, who + "this peer has a job secret and it has none"};
+  }
+  return {Code::Protocol, who + "for a reason this version does not know (" + std::to_string(reason) + ")"};
 }
 
 Status Handshake::on_auth(const std::vector<uint8_t>& payload, std::vector<OutMessage>* out) {

@@ -10,6 +10,12 @@
 // neither replayed (fresh nonces from both ends) nor reflected (the role byte). MACs are
 // compared in constant time. If no random nonce or no MAC can be made, the handshake fails
 // (Code::Internal) rather than go on with zeros.
+//
+// An acceptor that refuses a Hello because one side has a secret and the other none says
+// so before it closes: Refuse(reason), one byte naming which side lacks it (no secret
+// material), so that the dialer, which is the side that can fix its configuration, fails
+// with Code::Auth and the reason instead of reading only a closed connection. A MAC that
+// does not match needs no refusal: the dialer checks the acceptor's first.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +29,12 @@
 namespace taiji {
 
 constexpr size_t kNonceBytes = 32;
+
+// The payload byte of a Refuse frame.
+enum class RefuseReason : uint8_t {
+  DialerHasNoSecret = 1,    // the acceptor's job has a secret; the dialer offered none
+  AcceptorHasNoSecret = 2,  // the dialer offered authentication; the acceptor has no secret
+};
 constexpr size_t kMacBytes = 32;
 
 struct HandshakeParams {
@@ -48,7 +60,7 @@ class Handshake {
   Status start(std::vector<OutMessage>* out);
   // A frame that arrived before the handshake finished, its header checked by
   // decode_header. Appends frames to send to *out. A non-ok status names what was wrong;
-  // the connection must then be closed.
+  // the connection must then be closed, after sending what *out holds (a refusal).
   Status on_frame(const FrameHeader& h, const std::string& name, const std::vector<uint8_t>& payload,
                   std::vector<OutMessage>* out);
   bool done() const { return state_ == State::Done; }
@@ -59,6 +71,7 @@ class Handshake {
   Status on_hello(const FrameHeader& h, const std::string& name, const std::vector<uint8_t>& payload,
                   std::vector<OutMessage>* out);
   Status on_auth(const std::vector<uint8_t>& payload, std::vector<OutMessage>* out);
+  Status on_refuse(const FrameHeader& h, const std::vector<uint8_t>& payload) const;
   OutMessage frame(MsgType type, std::vector<uint8_t> payload) const;
   Status mac(char role, std::vector<uint8_t>* out) const;
 

@@ -201,8 +201,8 @@ void TcpTransport::on_accept() {
   }
   // The new connection counts itself.
   if (pending > opt_.max_pending_connections) {
-    log().warn("refusing a connection: {} connections are already in their handshake",
-               pending - 1);
+    refused(RefusalReason::TooManyPending,
+            std::to_string(pending - 1) + " connections are already in their handshake");
     c->closing = true;
     uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), tcp::on_close);
     return;
@@ -219,7 +219,12 @@ void TcpTransport::on_handshake_frame(Conn* c) {
   if (s.is_ok() && c->hs->done() && by_rank_[src] != nullptr) {
     s = {Code::Protocol, "Hello from rank " + std::to_string(src) + ": rank already connected"};
   }
-  if (!s.is_ok()) return conn_failed(c, s);
+  if (!s.is_ok()) {
+    // A refusal is one small frame on a fresh connection: the kernel takes it at once, and
+    // the close that follows sends it before the FIN.
+    for (OutMessage& m : out) write(c, std::move(m));
+    return conn_failed(c, s);
+  }
   for (OutMessage& m : out) write(c, std::move(m));
   if (!c->hs->done() || c->closing) return;
   c->hs.reset();
@@ -234,6 +239,7 @@ void TcpTransport::on_handshake_frame(Conn* c) {
 
 void TcpTransport::sweep_handshakes() {
   uint64_t now = now_ms(loop_);
+  refusal_log_.flush(now);
   for (Conn* c : std::vector<Conn*>(conns_.begin(), conns_.end())) {
     if (c->identified || c->closing || c->opened_at == 0) continue;
     if (now - c->opened_at >= opt_.handshake_timeout_ms) {

@@ -134,7 +134,7 @@ Status TcpTransport::Conn::name_complete() {
   if (!identified) {
     // Until the handshake is done only its own small frames are read; nothing else is
     // buffered or reaches the op engine.
-    if (h.type != MsgType::Hello && h.type != MsgType::Auth) {
+    if (h.type != MsgType::Hello && h.type != MsgType::Auth && h.type != MsgType::Refuse) {
       return {Code::Protocol, "frame of type " + std::to_string(static_cast<int>(h.type)) +
                                   " before the handshake finished"};
     }
@@ -144,7 +144,7 @@ Status TcpTransport::Conn::name_complete() {
     }
     hs_payload.resize(h.payload_len);
     target = hs_payload.data();
-  } else if (h.type == MsgType::Hello || h.type == MsgType::Auth) {
+  } else if (h.type == MsgType::Hello || h.type == MsgType::Auth || h.type == MsgType::Refuse) {
     return {Code::Protocol, "handshake frame on an open connection"};
   } else if (h.type == MsgType::Bye) {
     got_bye = true;

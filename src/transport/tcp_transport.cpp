@@ -99,7 +99,11 @@ void TcpTransport::conn_failed(Conn* c, const Status& why) {
   uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), tcp::on_close);
   if (stopping_) return;
   if (rank < 0) {
-    log().warn("dropping unidentified connection: {}", why.message());
+    if (c->dial_rank < 0) {
+      refused(refusal_reason(why), why.message());
+    } else {
+      log().warn("dropping unidentified connection: {}", why.message());
+    }
     last_refusal_ = why.message();
     if (c->dial_rank >= 0 && on_ready_) {
       Code code = why.code() == Code::Auth ? Code::Auth : Code::Bootstrap;
@@ -118,6 +122,21 @@ void TcpTransport::conn_failed(Conn* c, const Status& why) {
   if (!graceful) log().error("link to rank {} lost: {}", rank, why.message());
   if (on_ready_) finish_ready({Code::Bootstrap, "link to rank " + std::to_string(rank) + " lost during set-up: " + why.message()});
   handler_->link_down(rank, graceful, why);
+}
+
+RefusalReason TcpTransport::refusal_reason(const Status& why) {
+  switch (why.code()) {
+    case Code::Auth: return RefusalReason::Auth;
+    case Code::Timeout: return RefusalReason::HandshakeTimeout;
+    case Code::Protocol: return RefusalReason::Malformed;
+    case Code::PeerLost: case Code::Io: return RefusalReason::Closed;
+    default: return RefusalReason::Other;
+  }
+}
+
+void TcpTransport::refused(RefusalReason reason, const std::string& why) {
+  if (opt_.refusals != nullptr) opt_.refusals->add(reason);
+  refusal_log_.refused(reason, why, uv_now(loop_));
 }
 
 void TcpTransport::close_conn(Conn* c) {

@@ -16,6 +16,7 @@
 
 #include "common/cluster.h"
 #include "monitor/link_counters.h"
+#include "monitor/refusals.h"
 #include "transport/handshake.h"
 #include "transport/transport.h"
 
@@ -31,6 +32,7 @@ struct TcpOptions {
   uint64_t handshake_timeout_ms = 10000;
   int max_pending_connections = 64;    // accepted connections still in their handshake
   LinkCounters* link_counters = nullptr;  // size entries, by rank: bytes per link; or none
+  RefusalCounters* refusals = nullptr;    // connections refused by reason; or none
   // TCP congestion control of every link (TCP_CONGESTION); empty: the system's default.
   std::string congestion;
 };
@@ -121,6 +123,10 @@ class TcpTransport final : public Transport {
   uint64_t queued_writes_ = 0;  // uv_write requests not yet called back
   std::vector<Conn*> corked_conns_;    // connections with frames held by the cork
   std::string last_refusal_;           // why the latest handshake failed, for set-up errors
+  RefusalLog refusal_log_;
+  // Counts an accepted connection refused before its handshake ended, and logs it (bounded).
+  void refused(RefusalReason reason, const std::string& why);
+  static RefusalReason refusal_reason(const Status& why);
 };
 
 }  // namespace taiji

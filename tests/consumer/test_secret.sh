@@ -1,6 +1,7 @@
 #!/bin/bash
 # Job secrets end to end with real processes: a job whose ranks share a secret runs; a rank
-# with another secret, or with none, cannot join (TAIJI_ERR_AUTH on the rank that dials);
+# with another secret, or with none, cannot join (TAIJI_ERR_AUTH with the reason on the rank
+# that dials);
 # a secret file readable by others is refused (TAIJI_ERR_CONFIG); taiji-run --secret works.
 set -uo pipefail
 taiji_run=$1
@@ -61,9 +62,10 @@ echo "ok: a rank with another secret cannot join"
 
 run_ranks "$work/a" "$work/a" -
 [ "$(cat "$work/rc.2")" != 0 ] || fail "no secret: rank 2 joined"
-# The ranks holding the secret refuse it and say why; rank 2 learns only that it was refused.
-grep -q "init: TAIJI_ERR_BOOTSTRAP: .*closed the connection during the handshake" "$work/out.2" ||
-  fail "no secret: rank 2 does not say it was refused"
+# The ranks holding the secret refuse it and tell it why: AUTH and the reason, on the side
+# that must fix its configuration.
+grep -q "init: TAIJI_ERR_AUTH: .*refused the connection: its job has a secret and this peer has none" "$work/out.2" ||
+  fail "no secret: rank 2 is not told it lacks the secret"
 grep -q "Hello from rank 2 offers no authentication, but this job has a secret" "$work/out.0" ||
   fail "no secret: rank 0 does not say why it refused rank 2"
 echo "ok: a rank without the secret cannot join"

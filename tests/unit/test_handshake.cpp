@@ -51,13 +51,18 @@ struct Pair {
   Status acceptor_status;
 };
 
-// Runs the whole exchange between a dialer of rank 3 and an acceptor of rank 1.
+// Runs the whole exchange between a dialer of rank 3 and an acceptor of rank 1. What an
+// acceptor sends as it fails (a refusal) still reaches the dialer, as it does on a socket.
 void run(Pair& p) {
   std::vector<OutMessage> to_acceptor = started(p.dialer);
   for (int round = 0; round < 4 && !to_acceptor.empty(); ++round) {
     std::vector<OutMessage> to_dialer;
     p.acceptor_status = deliver(p.acceptor, to_acceptor, &to_dialer);
-    if (!p.acceptor_status.is_ok()) return;
+    if (!p.acceptor_status.is_ok()) {
+      std::vector<OutMessage> ignored;
+      p.dialer_status = deliver(p.dialer, to_dialer, &ignored);
+      return;
+    }
     to_acceptor.clear();
     p.dialer_status = deliver(p.dialer, to_dialer, &to_acceptor);
     if (!p.dialer_status.is_ok()) return;
@@ -112,12 +117,40 @@ TEST_CASE("handshake: a different or missing secret is refused", "[handshake]") 
     CHECK(p.acceptor_status.code() == Code::Auth);
     CHECK(p.acceptor_status.message().find("offers no authentication") != std::string::npos);
     CHECK_FALSE(p.acceptor.done());
+    // The acceptor said why before closing: the dialer, which lacks the secret, learns it.
+    CHECK(p.dialer_status.code() == Code::Auth);
+    CHECK(p.dialer_status.message() ==
+          "rank 1 refused the connection: its job has a secret and this peer has none (set TAIJI_SECRET_FILE)");
+    CHECK_FALSE(p.dialer.done());
   }
   SECTION("the acceptor has none") {
     Pair p = handshake_pair(kSecret, "");
     run(p);
     CHECK(p.acceptor_status.code() == Code::Auth);
     CHECK_FALSE(p.acceptor.done());
+    CHECK(p.dialer_status.code() == Code::Auth);
+    CHECK(p.dialer_status.message() == "rank 1 refused the connection: this peer has a job secret and it has none");
+  }
+  SECTION("a refusal carries one byte naming the side without a secret, nothing else") {
+    Handshake acceptor(params(1, kSecret), Handshake::Role::Acceptor);
+    Handshake dialer(params(3, ""), Handshake::Role::Dialer, 1);
+    std::vector<OutMessage> replies;
+    CHECK(deliver(acceptor, started(dialer), &replies).code() == Code::Auth);
+    REQUIRE(replies.size() == 1);
+    CHECK(replies[0].header.type == MsgType::Refuse);
+    CHECK(replies[0].owned == std::vector<uint8_t>{static_cast<uint8_t>(RefuseReason::DialerHasNoSecret)});
+  }
+  SECTION("a refusal with a reason this version does not know is a protocol error") {
+    Handshake dialer(params(3, ""), Handshake::Role::Dialer, 1);
+    std::vector<OutMessage> hello = started(dialer);
+    OutMessage refuse = hello[0];
+    refuse.header.type = MsgType::Refuse;
+    refuse.header.src_rank = 1;
+    refuse.owned = {99};
+    std::vector<OutMessage> none;
+    Status s = deliver(dialer, {refuse}, &none);
+    CHECK(s.code() == Code::Protocol);
+    CHECK(s.message().find("(99)") != std::string::npos);
   }
 }
 

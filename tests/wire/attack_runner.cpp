@@ -90,8 +90,7 @@ BatchResult attack_batch(AttackedPair& f, const Attack& a, int n) {
       return r;
     }
   }
-  r.wrong = expect_lines(f.take_log(static_cast<size_t>(n)), static_cast<size_t>(n),
-                         spdlog::level::warn, kDropped + a.cause);
+  r.wrong = expect_refusals(f.take_log(static_cast<size_t>(n)), static_cast<size_t>(n), a.cause);
   return r;
 }
 

@@ -23,7 +23,7 @@ constexpr uint16_t kMaxNameLen = 64;
 constexpr uint64_t kMaxPayload = 1 << 20;
 constexpr int64_t kCloseBoundMs = 10000;
 constexpr const char* kJob = "wire-attack";
-constexpr const char* kDropped = "dropping unidentified connection: ";
+constexpr const char* kDropped = "refusing a connection: ";
 
 struct PairOptions {
   int64_t handshake_ms = kHandshakeMs;
@@ -54,7 +54,7 @@ class AttackedPair {
 struct Attack {
   std::string what;
   std::vector<uint8_t> bytes;  // sent as soon as the connection is open
-  std::string cause;           // rank 0's log line, after "dropping unidentified connection: "
+  std::string cause;           // rank 0's log line, after "refusing a connection: "
   bool half_close = false;     // shut the write side after sending
   // Then, if set: read rank 0's replies and answer them; empty when rank 0 replied as
   // it should, else what it did instead.

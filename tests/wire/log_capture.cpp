@@ -10,19 +10,29 @@
 
 namespace wire {
 
+namespace {
+constexpr std::string_view kRefusing = "refusing a connection: ";
+constexpr std::string_view kRefusalSummary = "refused ";
+}  // namespace
+
 class LogCapture::Sink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
   std::vector<LogLine> take(size_t at_least, int64_t timeout_ms) {
     std::unique_lock<std::mutex> lock(mutex_);
+    // Summaries of refusals come on the library's own schedule: they do not count.
     grew_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                   [&] { return lines_.size() >= at_least; });
+                   [&] { return counted_ >= at_least; });
     std::vector<LogLine> out;
     out.swap(lines_);
+    counted_ = 0;
     return out;
   }
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
+    const std::string_view text(msg.payload.data(), msg.payload.size());
+    if (msg.level < spdlog::level::warn && text.rfind(kRefusing, 0) != 0) return;
+    if (text.rfind(kRefusalSummary, 0) != 0) counted_++;
     lines_.push_back({msg.level, std::string(msg.payload.data(), msg.payload.size())});
     grew_.notify_all();
   }
@@ -30,6 +40,7 @@ class LogCapture::Sink final : public spdlog::sinks::base_sink<std::mutex> {
 
  private:
   std::vector<LogLine> lines_;  // guarded by base_sink's mutex_
+  size_t counted_ = 0;          // of lines_, those that are not summaries
   std::condition_variable grew_;
 };
 
@@ -37,9 +48,14 @@ LogCapture::LogCapture() : sink_(std::make_shared<Sink>()) {
   auto& sinks = taiji::log().sinks();
   saved_ = sinks;
   sinks.assign(1, sink_);
+  saved_level_ = taiji::log().level();
+  taiji::log().set_level(spdlog::level::debug);
 }
 
-LogCapture::~LogCapture() { taiji::log().sinks() = saved_; }
+LogCapture::~LogCapture() {
+  taiji::log().set_level(saved_level_);
+  taiji::log().sinks() = saved_;
+}
 
 std::vector<LogLine> LogCapture::take() { return sink_->take(0, 0); }
 
@@ -73,6 +89,27 @@ std::string expect_lines(const std::vector<LogLine>& lines, size_t count,
   return "expected " + std::to_string(count) + " x [" +
          level_name(level) + "] '" + text + "', got " +
          std::to_string(good) + " of them among " + std::to_string(lines.size()) + " lines" + wrong;
+}
+
+std::string expect_refusals(const std::vector<LogLine>& lines, size_t count, const std::string& why) {
+  const std::string text = std::string(kRefusing) + why;
+  std::string wrong;
+  size_t shown = 0;
+  size_t good = 0;
+  size_t summaries = 0;
+  for (const LogLine& l : lines) {
+    const bool refusal_level = l.level == spdlog::level::warn || l.level == spdlog::level::debug;
+    if (refusal_level && l.text == text) {
+      good++;
+    } else if (l.level == spdlog::level::warn && l.text.rfind(kRefusalSummary, 0) == 0) {
+      summaries++;
+    } else if (shown++ < 3) {
+      wrong += "\n  unexpected [" + level_name(l.level) + "] " + l.text;
+    }
+  }
+  if (good == count && good + summaries == lines.size()) return {};
+  return "expected " + std::to_string(count) + " x '" + text + "', got " + std::to_string(good) +
+         " of them among " + std::to_string(lines.size()) + " lines" + wrong;
 }
 
 size_t count_containing(const std::vector<LogLine>& lines, const std::string& needle) {

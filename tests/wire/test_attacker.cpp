@@ -8,10 +8,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attack_runner.h"
+#include "monitor/refusals.h"
 
 using namespace taiji;
 using namespace wire;
@@ -156,8 +159,7 @@ TEST_CASE("attacker: connections over the pending cap are refused at once", "[at
   // A deadline far beyond the test's pace: the holders stay pending until released.
   constexpr int64_t kLongHandshakeMs = 30000;
   AttackedPair f({kLongHandshakeMs, kCap, ""});
-  const std::string refused =
-      "refusing a connection: " + std::to_string(kCap) + " connections are already in their handshake";
+  const std::string refused = std::to_string(kCap) + " connections are already in their handshake";
   size_t before = 0;
   double slowest = 0;
   auto start = Clock::now();
@@ -180,13 +182,12 @@ TEST_CASE("attacker: connections over the pending cap are refused at once", "[at
       slowest = std::max(slowest, ms_between(opened, Clock::now()));
     }
     for (RawSocket& h : holders) REQUIRE(h.open_and_quiet());
-    std::string wrong = expect_lines(f.take_log(kExcessPerRound), kExcessPerRound, spdlog::level::warn, refused);
+    std::string wrong = expect_refusals(f.take_log(kExcessPerRound), kExcessPerRound, refused);
     INFO(wrong);
     REQUIRE(wrong.empty());
     for (RawSocket& h : holders) h.shutdown_write();
     for (RawSocket& h : holders) REQUIRE(h.wait_closed(after_ms(kCloseBoundMs)) != RawSocket::Closed::StillOpen);
-    wrong = expect_lines(f.take_log(kCap), kCap, spdlog::level::warn,
-                         std::string(kDropped) + "connection closed by peer");
+    wrong = expect_refusals(f.take_log(kCap), kCap, "connection closed by peer");
     INFO(wrong);
     REQUIRE(wrong.empty());
     std::string sick = f.healthy();
@@ -204,4 +205,71 @@ TEST_CASE("attacker: connections over the pending cap are refused at once", "[at
   // Refused long before the handshake deadline that holds the other pending connections.
   CHECK(slowest < kLongHandshakeMs / 3);
   CHECK(after < before + 2 * kMiB);
+}
+
+namespace {
+
+// The value of taiji_refused_connections_total for `reason` in rank 0's Prometheus text.
+uint64_t refused_total(taiji::Peer& peer, const std::string& reason) {
+  const std::string text = peer.metrics().prometheus();
+  const std::string key = "taiji_refused_connections_total{rank=\"0\",reason=\"" + reason + "\"} ";
+  const size_t at = text.find(key);
+  REQUIRE(at != std::string::npos);
+  return std::stoull(text.substr(at + key.size()));
+}
+
+}  // namespace
+
+TEST_CASE("attacker: a flood of refused connections logs a few warnings and counts them all",
+          "[attacker]") {
+  constexpr int kFlood = 300;
+  AttackedPair f;
+  const uint64_t before = refused_total(f.peer(0), "malformed");
+  const std::vector<uint8_t> bad = edited_hello([](FrameHeader& h) { h.magic = 0xDEADBEEF; });
+  const auto start = Clock::now();
+  for (int i = 0; i < kFlood; ++i) {
+    std::string error;
+    RawSocket s = RawSocket::connect_to(f.target(), &error);
+    REQUIRE(s.valid());
+    s.send_all(bad);
+    REQUIRE(s.wait_closed(after_ms(kCloseBoundMs)) != RawSocket::Closed::StillOpen);
+  }
+  const double seconds = ms_between(start, Clock::now()) / 1000;
+  const std::vector<LogLine> lines = f.take_log(kFlood);
+  CHECK(expect_refusals(lines, kFlood, "bad magic 0xdeadbeef").empty());
+  size_t warnings = 0;
+  for (const LogLine& l : lines) warnings += l.level == spdlog::level::warn;
+  // kBurst warnings per 10 s interval (and one summary line for the rest of each); the
+  // others only at debug.
+  const size_t intervals = static_cast<size_t>(seconds / 10) + 1;
+  INFO(kFlood << " refusals in " << seconds << " s gave " << warnings << " warnings");
+  CHECK(warnings >= static_cast<size_t>(taiji::RefusalLog::kBurst));
+  CHECK(warnings <= intervals * (taiji::RefusalLog::kBurst + 1));
+  CHECK(refused_total(f.peer(0), "malformed") - before == kFlood);
+  CHECK(refused_total(f.peer(0), "auth") == 0);
+  // Once an interval is over, one line says how many of its refusals were not logged at
+  // warn, and the last one's reason: with the warnings, they add up to the flood.
+  std::vector<LogLine> all = lines;
+  auto accounted = [&] {
+    uint64_t n = 0;
+    const std::string prefix = "refused ";
+    for (const LogLine& l : all) {
+      if (l.level != spdlog::level::warn) continue;
+      if (l.text.rfind(prefix, 0) == 0) {
+        CHECK(l.text.find("more connections (malformed) in the last") != std::string::npos);
+        CHECK(l.text.find("the last: bad magic 0xdeadbeef") != std::string::npos);
+        n += std::stoull(l.text.substr(prefix.size()));
+      } else {
+        n++;
+      }
+    }
+    return n;
+  };
+  const auto deadline = after_ms(15000);
+  while (accounted() < kFlood && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (LogLine& l : f.take_log(0)) all.push_back(std::move(l));
+  }
+  CHECK(accounted() == kFlood);
+  CHECK(f.healthy().empty());
 }

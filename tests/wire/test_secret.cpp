@@ -177,8 +177,7 @@ TEST_CASE("secret: a Data frame right after a bogus Auth is never acted on", "[s
     // All in one write: the Data frame is already buffered when the Auth fails.
     s.send_all(concat({hello(kJob, 1, nonce()), bogus_auth(), poison_frame(version, 0x7F)}));
     REQUIRE(s.wait_closed(after_ms(kCloseBoundMs)) != RawSocket::Closed::StillOpen);
-    std::string wrong = expect_lines(f.take_log(1), 1, spdlog::level::warn,
-                                     std::string(kDropped) + "rank 1 failed authentication (a different or no job secret)");
+    std::string wrong = expect_refusals(f.take_log(1), 1, "rank 1 failed authentication (a different or no job secret)");
     INFO("version " << version << ": " << wrong);
     REQUIRE(wrong.empty());
     // The op the poison names, posted afterwards: only the real partner's data counts.
