@@ -512,7 +512,7 @@ bool OpEngine::stall_state(const Key& key, StallWatchdog::OpState* out) const {
 Status OpEngine::describe_timeout(const Active& op) const {
   std::string s = op.title() + " timed out after " + std::to_string(op.timeout_ms) + " ms";
   auto waiting = op.op->waiting_on();
-  if (!waiting.empty()) s += "; waiting for data from rank(s) " + rank_list(waiting);
+  if (!waiting.empty()) s += "; waiting here for data from rank(s) " + rank_list(waiting);
   std::vector<int> unready;
   for (int r = 0; r < opt_.cluster->size; ++r) {
     if (!op.held[r].empty()) unready.push_back(r);
@@ -520,6 +520,16 @@ Status OpEngine::describe_timeout(const Active& op) const {
   if (!unready.empty()) s += "; rank(s) " + rank_list(unready) + " never posted it";
   const std::vector<int> unposted = op.stall_asked ? stalls_.unposted(op.key) : std::vector<int>{};
   if (!unposted.empty()) s += "; rank(s) " + rank_list(unposted) + " had not posted it when asked";
+  const std::vector<int> silent = op.stall_asked ? stalls_.unanswered(op.key) : std::vector<int>{};
+  if (!silent.empty()) {
+    s += "; rank(s) " + rank_list(silent) + " did not answer whether they posted it (stopped, hung or cut off)";
+  }
+  // The ranks it waits on for data may be waiting themselves (a ring passes a stall along):
+  // without a rank named above, say that the one at fault is not known rather than blame them.
+  if (unready.empty() && unposted.empty() && silent.empty()) {
+    s += op.stall_asked ? "; every rank had posted it: the rank at fault is unknown"
+                        : "; the rank at fault is unknown";
+  }
   return {Code::Timeout, s};
 }
 
@@ -532,10 +542,13 @@ void OpEngine::tick() {
     auto it = ops_.find(key);
     if (it == ops_.end()) continue;
     Active& op = *it->second;
-    if (!op.failed && !op.stall_asked && opt_.stall_warn_ms > 0 &&
-        now >= op.started + opt_.stall_warn_ms) {
+    // Asked at the stall warning, or quietly at half the deadline at the latest, so that
+    // a timeout can name the rank actually missing (with two ranks there is only the other).
+    const bool warn_due = opt_.stall_warn_ms > 0 && now >= op.started + opt_.stall_warn_ms;
+    const bool blame_due = opt_.cluster->size > 2 && now >= op.started + (op.deadline - op.started) / 2;
+    if (!op.failed && !op.stall_asked && (warn_due || blame_due)) {
       op.stall_asked = true;
-      stalls_.ask(key, header_for(op, MsgType::Query), departed_);
+      stalls_.ask(key, header_for(op, MsgType::Query), departed_, warn_due);
     }
     if (!op.failed && now >= op.deadline) {
       Status why = describe_timeout(op);

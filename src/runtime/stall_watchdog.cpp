@@ -18,8 +18,11 @@ void StallWatchdog::serve(Router& router) {
   router.add(MsgType::Answer, this);
 }
 
-void StallWatchdog::ask(const Key& key, const FrameHeader& query, const std::vector<bool>& departed) {
-  std::vector<int8_t>& posted_at = asked_[key];
+void StallWatchdog::ask(const Key& key, const FrameHeader& query, const std::vector<bool>& departed,
+                        bool report) {
+  Asked& asked = asked_[key];
+  asked.report = report;
+  std::vector<int8_t>& posted_at = asked.posted_at;
   posted_at.assign(opt_.size, -1);
   posted_at[opt_.rank] = 1;
   for (int r = 0; r < opt_.size; ++r) {
@@ -35,14 +38,18 @@ void StallWatchdog::ask(const Key& key, const FrameHeader& query, const std::vec
   }
 }
 
-std::vector<int> StallWatchdog::unposted(const Key& key) const {
+std::vector<int> StallWatchdog::ranks_answering(const Key& key, int8_t answer) const {
   std::vector<int> ranks;
   auto it = asked_.find(key);
   for (int r = 0; it != asked_.end() && r < opt_.size; ++r) {
-    if (it->second[r] == 0) ranks.push_back(r);
+    if (it->second.posted_at[r] == answer) ranks.push_back(r);
   }
   return ranks;
 }
+
+std::vector<int> StallWatchdog::unposted(const Key& key) const { return ranks_answering(key, 0); }
+
+std::vector<int> StallWatchdog::unanswered(const Key& key) const { return ranks_answering(key, -1); }
 
 Status StallWatchdog::accept_frame(int, const FrameHeader& h, const std::string&, const uint8_t*,
                                    uint8_t** target) {
@@ -71,9 +78,10 @@ void StallWatchdog::answer(int src, const FrameHeader& h, const std::string& nam
 void StallWatchdog::on_answer(const Key& key, int src, bool posted) {
   auto it = asked_.find(key);
   OpState op;
-  if (it == asked_.end() || !lookup_(key, &op) || it->second[src] != -1) return;
-  std::vector<int8_t>& posted_at = it->second;
+  if (it == asked_.end() || !lookup_(key, &op) || it->second.posted_at[src] != -1) return;
+  std::vector<int8_t>& posted_at = it->second.posted_at;
   posted_at[src] = posted ? 1 : 0;
+  if (!it->second.report) return;
   std::vector<int> missing;
   for (int r = 0; r < opt_.size; ++r) {
     if (posted_at[r] == -1) return;

@@ -2,7 +2,9 @@
 // rank whether it has posted it (a Query under the op's name and version), every peer
 // answers (an Answer, chunk = 1 when posted), and once every answer is in the watchdog
 // logs the ranks that have not posted it, or, when all have, the ranks the op still waits
-// on for data. A service of the router; the op engine decides when to ask.
+// on for data. A service of the router; the op engine decides when to ask. The answers
+// also tell a timeout whom to name: a rank that never answers is stopped, hung or cut off,
+// where the neighbour the op waits on for data may only be waiting itself.
 #pragma once
 
 #include <cstdint>
@@ -48,9 +50,14 @@ class StallWatchdog final : public ReceiveHandler {
 
   // Asks every other rank about the op under key; query is the op's header for a Query.
   // Ranks in `departed` (they finalized) count as not posted without being asked.
-  void ask(const Key& key, const FrameHeader& query, const std::vector<bool>& departed);
+  // report: log what the answers say once all are in (a stall warning); else only keep
+  // them for the op's timeout message.
+  void ask(const Key& key, const FrameHeader& query, const std::vector<bool>& departed,
+           bool report = true);
   // Ranks that answered that they had not posted key when asked.
   std::vector<int> unposted(const Key& key) const;
+  // Ranks asked about key that have not answered.
+  std::vector<int> unanswered(const Key& key) const;
   // The op ended: its answers, if any still come, are ignored.
   void forget(const Key& key) { asked_.erase(key); }
 
@@ -67,7 +74,12 @@ class StallWatchdog final : public ReceiveHandler {
   NameTable* names_;
   Lookup lookup_;
   Transport* transport_ = nullptr;
-  std::map<Key, std::vector<int8_t>> asked_;  // per rank: -1 no answer yet, 0 not posted, 1 posted
+  struct Asked {
+    std::vector<int8_t> posted_at;  // per rank: -1 no answer yet, 0 not posted, 1 posted
+    bool report = true;
+  };
+  std::vector<int> ranks_answering(const Key& key, int8_t answer) const;
+  std::map<Key, Asked> asked_;
 };
 
 }  // namespace taiji

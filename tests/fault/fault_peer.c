@@ -127,8 +127,8 @@ static taiji_status_t finish(slot_t *s, const char *label) {
   double waited = now_ms();
   for (int spin = 0; spin < 2000 && !atomic_load(&s->done); ++spin) sleep_ms(1);
   double end = atomic_load(&s->done) ? (double)atomic_load(&s->end_us) / 1000.0 : waited;
-  say("%s i=%d mode=async name=%s status=%s post=%.3f end=%.3f text=-", label, s->step, s->name,
-      taiji_status_name(st), s->post, end);
+  say("%s i=%d mode=async name=%s status=%s post=%.3f end=%.3f text=%s", label, s->step, s->name,
+      taiji_status_name(st), s->post, end, st == TAIJI_OK ? "-" : taiji_request_error(s->req));
   if (st == TAIJI_OK) check(s->buf, s->count, s->step);
   taiji_request_free(s->req);
   s->req = NULL;

@@ -130,9 +130,11 @@ class Peer:
 
 
 class Job:
-    def __init__(self, program, args_for_rank):
+    def __init__(self, program, args_for_rank, size=N, env=None):
         self.program = program
         self.args_for_rank = args_for_rank
+        self.size = size
+        self.env = env or {}
         self.dir = tempfile.mkdtemp(prefix='taiji-fault-')
         self.peers = []
         self.attempt = 0
@@ -157,8 +159,8 @@ class Job:
         port = free_port()
         base = {k: v for k, v in os.environ.items() if not k.startswith('TAIJI_')}
         self.peers = []
-        for r in range(N):
-            env = dict(base, TAIJI_RANK=str(r), TAIJI_WORLD_SIZE=str(N),
+        for r in range(self.size):
+            env = dict(base, **self.env, TAIJI_RANK=str(r), TAIJI_WORLD_SIZE=str(self.size),
                        TAIJI_RENDEZVOUS=f'127.0.0.1:{port}', TAIJI_JOB_ID=f'fault-{port}',
                        TAIJI_INIT_TIMEOUT_MS='30000')
             out = os.path.join(self.dir, f'{self.attempt}.{r}.out')
@@ -377,7 +379,17 @@ def scenario_sigstop_large(program, victim, summary):
         scenario_sigstop(program, victim, summary, stop_at=step)
 
 
-def scenario_sigstop(program, victim, summary, stop_at=None):
+def blames(text, rank):
+    """Whether a timeout's text names `rank` as missing (never posted, had not posted, or
+    did not answer), rather than only as a rank the op waited on for data."""
+    for clause in (text or '').split('; '):
+        m = re.match(r'rank\(s\) ([\d ]+) (never posted|had not posted|did not answer)', clause)
+        if m and str(rank) in m.group(1).split():
+            return True
+    return False
+
+
+def scenario_sigstop(program, victim, summary, stop_at=None, size=N, env=None, blame=False):
     large = stop_at is not None
 
     def args(r):
@@ -387,7 +399,7 @@ def scenario_sigstop(program, victim, summary, stop_at=None):
             if r == victim:
                 a += ['--stop-at', str(stop_at)]
         return a
-    job = Job(program, args)
+    job = Job(program, args, size, env)
     try:
         job.start()
         v = job.peers[victim]
@@ -424,6 +436,10 @@ def scenario_sigstop(program, victim, summary, stop_at=None):
                 checks.expect(since_stop <= limit,
                               f'rank {p.rank}: op {r["i"]} ({r["status"]}) ended {since_stop:.1f} ms after '
                               f'the stop, limit {limit} ms')
+                if r['status'] == TIMEOUT and blame:
+                    checks.expect(blames(r['text'], victim),
+                                  f'rank {p.rank}: op {r["i"]} timed out without naming rank {victim} '
+                                  f'as missing: {r["text"]}')
                 if r['status'] == TIMEOUT:
                     since_post = t(r, 'end') - t(r, 'post')
                     checks.expect(half <= since_post <= limit,
@@ -527,9 +543,16 @@ def scenario_abort(program, victim, summary):
         job.remove()
 
 
+def scenario_sigstop_ring3(program, victim, summary):
+    """Three peers on a ring, one stopped: every survivor's timeout names the stopped rank,
+    not the neighbour it waits on for data (which is itself waiting)."""
+    scenario_sigstop(program, victim, summary, size=3, env={'TAIJI_TOPOLOGY': 'ring'}, blame=True)
+
+
 SCENARIOS = {
     'kill9': scenario_kill9,
     'sigstop': scenario_sigstop,
+    'sigstop-ring3': scenario_sigstop_ring3,
     'sigstop-large': scenario_sigstop_large,
     'abort': scenario_abort,
 }
