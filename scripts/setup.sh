@@ -5,9 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # procps (pgrep) and iproute2 (ip, tc) are for the launcher and namespace-cluster tests;
-# abigail-tools (abidw, abidiff) for the ABI check.
+# abigail-tools (abidw, abidiff) for the ABI check; the python3-* ones for the Python
+# package, its tests and examples (Debian's /usr/bin/python3).
 packages=(g++ pkg-config meson ninja-build python3 libuv1-dev libspdlog-dev libfmt-dev libssl-dev catch2
-  procps iproute2 abigail-tools)
+  procps iproute2 abigail-tools
+  python3-numpy python3-torch python3-pytest python3-sklearn python3-pip python3-setuptools)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

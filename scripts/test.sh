@@ -1,8 +1,9 @@
 #!/bin/bash
 # Sets up and builds (scripts/setup.sh), runs the whole test suite, then the sanitizer
 # passes (scripts/sanitize.sh: the whole suite under ASan + UBSan, the multi-peer, process
-# and monitor tests under TSan), and ends with one line "N passed, N failed" counted from
-# Meson's test logs of every pass. Arguments go to every pass's `meson test`.
+# and monitor tests under TSan), with the Python package's tests (pytest) after the plain
+# pass, and ends with one line "N passed, N failed" counted from Meson's test logs and
+# pytest's report. Arguments go to every pass's `meson test`.
 #
 # TAIJI_SANITIZE picks the sanitizer passes: "asan,tsan", "asan", "tsan" or "none".
 # Unset, CI runs both and a local run none (they take most of 20 minutes on 2 cores).
@@ -20,12 +21,14 @@ logs=()
 run_pass() {  # run_pass NAME BUILD-DIR COMMAND...: runs one pass, remembers its test log
   local name=$1 dir=$2 t0 rc=0
   shift 2
+  local log=$dir/meson-logs/testlog.json
+  [ "$name" = python ] && log=$dir/pytest.xml
   t0=$(date +%s)
-  rm -f "$dir/meson-logs/testlog.json"
+  rm -f "$log"
   "$@" || rc=$?
   [ $rc = 0 ] || status=1
   echo "test: $name pass took $(($(date +%s) - t0)) s"
-  logs+=("$name=$rc=$dir/meson-logs/testlog.json")
+  logs+=("$name=$rc=$log")
 }
 
 plain() {
@@ -36,6 +39,13 @@ plain() {
   meson test -C build --print-errorlogs --num-processes 1 "$@"
 }
 run_pass plain build plain "$@"
+# The Python package's tests, against the plain build's library and launcher.
+python_tests() {
+  [ -f build/build.ninja ] || return 1
+  TAIJI_LIBRARY="$PWD/build/capi/libtaiji.so" PATH="$PWD/build/tools:$PATH" \
+    /usr/bin/python3 -m pytest -q -p no:cacheprovider --junitxml=build/pytest.xml python/tests
+}
+run_pass python build python_tests
 for s in "${sanitizers[@]}"; do
   case $s in
     none) ;;
@@ -61,6 +71,20 @@ for arg in sys.argv[1:]:
         if rc != "0":
             print(f"FAILED {name}: set-up or build")
             failed += 1
+        continue
+    if path.endswith(".xml"):
+        # pytest's JUnit report: a case with <failure> or <error> failed, <skipped> skipped.
+        import xml.etree.ElementTree as ET
+        for case in ET.parse(path).iter("testcase"):
+            kinds = {child.tag for child in case}
+            test = f"{case.get('classname', '')}::{case.get('name', '?')}"
+            if kinds & {"failure", "error"}:
+                failed += 1
+                print(f"FAILED {name}: {test}")
+            elif "skipped" in kinds:
+                skipped += 1
+            else:
+                passed += 1
         continue
     for line in filter(None, map(str.strip, lines)):
         test = json.loads(line)

@@ -145,7 +145,7 @@ void Metrics::append_prometheus_rest(std::string& out, const std::string& rank, 
   each_link([&](const std::string& l, const LinkView& k) { sample(out, "taiji_link_shm_sent_bytes_total", rank, l, k.shm_sent); });
   family(out, "taiji_link_read_pauses_total", "counter", "Times reads from a peer paused: the early-arrival buffer was full.");
   each_link([&](const std::string& l, const LinkView& k) { sample(out, "taiji_link_read_pauses_total", rank, l, k.read_pauses); });
-  family(out, "taiji_early_arrival_bytes_max", "gauge", "Most bytes held at once for ops not posted yet (cap: TAIJI_UNEXPECTED_BYTES, one frame over).");
+  family(out, "taiji_early_arrival_bytes_max", "gauge", "Most bytes held at once for ops not posted yet (cap: TAIJI_UNEXPECTED_BYTES, past it by a frame and a mailbox at most).");
   sample(out, "taiji_early_arrival_bytes_max", rank, "", v.early_bytes_max);
   family(out, "taiji_refused_connections_total", "counter",
          "Connections refused before their handshake completed, by reason.");
