@@ -264,7 +264,26 @@ TEST_CASE("split: a one-peer job splits into a child of one or none", "[split]")
     expect_members(child, {0}, failures, rank, "child");
     finalize_and_destroy(child, failures, rank, "child");
     failures.expect(rank, split(peer, -1, 0, failures, rank, "split out") == nullptr, "negative color");
+    failures.expect_status(rank, "finalize", taiji_peer_finalize(peer), TAIJI_OK);
+    split(peer, 0, 0, failures, rank, "split after finalize", TAIJI_ERR_FINALIZED);
   }));
+  check_no_failures(failures);
+}
+
+TEST_CASE("split: a parent job id at the length cap still gives children a valid one", "[split]") {
+  constexpr int n = 2;
+  static const std::string long_id(256, 'j');  // the default TAIJI_MAX_NAME_LEN
+  PeerOptions options;
+  options.configure = [](int, taiji_config_t& cfg) { cfg.job_id = long_id.c_str(); };
+  Failures failures;
+  failures.add_all(run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    taiji_peer_t* child = split(peer, 0, 0, failures, rank, "split");
+    expect_members(child, {0, 1}, failures, rank, "child");
+    taiji_peer_t* grandchild = child ? split(child, 0, -rank, failures, rank, "split of the child") : nullptr;
+    expect_members(grandchild, {1, 0}, failures, rank, "grandchild");
+    finalize_and_destroy(grandchild, failures, rank, "grandchild");
+    finalize_and_destroy(child, failures, rank, "child");
+  }, options));
   check_no_failures(failures);
 }
 
