@@ -90,10 +90,12 @@ std::string child_job_id(const Config& parent, uint64_t version, int color) {
 }  // namespace
 
 Result<std::unique_ptr<Peer>> Peer::split(int color, int key, int64_t timeout_ms) {
-  if (on_io_thread()) return Status{Code::InvalidArgument, "a split blocks; it cannot run from a completion callback"};
+  if (on_io_thread()) {
+    return Status{Code::InvalidArgument, "a split blocks; it cannot run from a completion callback"};
+  }
   if (timeout_ms < 0) return Status{Code::InvalidArgument, "split: timeout_ms is negative"};
-  const auto deadline = Clock::now() + std::chrono::milliseconds(
-                                           clamp_timeout_ms(timeout_ms == 0 ? config_.timeout_ms : timeout_ms));
+  const int64_t budget_ms = clamp_timeout_ms(timeout_ms == 0 ? config_.timeout_ms : timeout_ms);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(budget_ms);
   const int parent_size = size();
   const int me = rank();
   if (color < 0) color = -1;
