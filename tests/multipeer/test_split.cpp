@@ -289,6 +289,91 @@ TEST_CASE("split: a parent job id at the length cap still gives children a valid
 
 namespace {
 
+// The digest of the topology an allreduce of one i64 runs on.
+uint64_t allreduce_digest(taiji_peer_t* peer, Failures& failures, int rank, const std::string& what) {
+  int64_t in = rank, out = -1;
+  taiji_request_t* req = nullptr;
+  taiji_op_options_t opt = op_options(kOpMs);
+  if (!failures.expect_status(rank, what + " post",
+                              taiji_allreduce(peer, "digest", &in, &out, 1, TAIJI_I64, TAIJI_SUM, &opt, &req),
+                              TAIJI_OK)) {
+    return 0;
+  }
+  failures.expect_status(rank, what, wait_bounded(peer, req, 30000, failures, rank, what), TAIJI_OK);
+  const uint64_t digest = taiji_request_topology_digest(req);
+  taiji_request_free(req);
+  return digest;
+}
+
+uint64_t digest_of(taiji_peer_t* peer, const char* name) {
+  taiji_topology_t* t = nullptr;
+  if (taiji_topology_from_text(peer, name, 0, &t) != TAIJI_OK) return 0;
+  const uint64_t d = taiji_topology_digest(t);
+  taiji_topology_destroy(t);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("split: the child takes the parent's settings and built-in topology", "[split]") {
+  constexpr int n = 4;
+  std::vector<taiji_config_t> configs(n);
+  PeerOptions options;
+  options.topology = "star";
+  options.configure = [&](int rank, taiji_config_t& cfg) {
+    taiji_config_set(&cfg, "TAIJI_MAX_NAME_LEN", "64");
+    configs[static_cast<size_t>(rank)] = cfg;  // shares the settings, cleared after init
+  };
+  Failures failures;
+  failures.add_all(run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    taiji_config_clear(&configs[static_cast<size_t>(rank)]);
+    taiji_peer_t* child = split(peer, rank % 2, rank, failures, rank, "split");
+    if (child == nullptr) return;
+    const uint64_t star = digest_of(child, "star");
+    failures.expect(rank, star != 0 && star != digest_of(child, "clique"), "star and clique differ on 2 ranks");
+    failures.expect(rank, allreduce_digest(child, failures, rank, "child op") == star, "the child runs on star");
+    int64_t in = 1, out = -1;
+    taiji_op_options_t opt = op_options(kOpMs);
+    const std::string longest(64, 'n'), too_long(65, 'n');
+    failures.expect_status(rank, "a 64-byte name",
+                           taiji_allreduce(child, longest.c_str(), &in, &out, 1, TAIJI_I64, TAIJI_SUM, &opt, nullptr),
+                           TAIJI_OK);
+    failures.expect_status(rank, "a 65-byte name",
+                           taiji_allreduce(child, too_long.c_str(), &in, &out, 1, TAIJI_I64, TAIJI_SUM, &opt, nullptr),
+                           TAIJI_ERR_INVALID_ARGUMENT);
+    finalize_and_destroy(child, failures, rank, "child");
+  }, options));
+  check_no_failures(failures);
+}
+
+TEST_CASE("split: a parent on an explicit graph gives children the automatic choice", "[split]") {
+  constexpr int n = 4;
+  // A star rooted at rank 2, as text: a graph over exactly four ranks.
+  const int parents[n] = {2, 2, -1, 2};
+  taiji_topology_t* graph = nullptr;
+  REQUIRE(taiji_topology_from_parents(n, 1, parents, parents, &graph) == TAIJI_OK);
+  std::string text(taiji_topology_text(graph, nullptr, 0), '\0');
+  taiji_topology_text(graph, text.data(), text.size() + 1);
+  const uint64_t graph_digest = taiji_topology_digest(graph);
+  taiji_topology_destroy(graph);
+  PeerOptions options;
+  options.topology = text.c_str();
+  Failures failures;
+  failures.add_all(run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    failures.expect(rank, allreduce_digest(peer, failures, rank, "parent op") == graph_digest,
+                    "the parent runs on its graph");
+    taiji_peer_t* child = split(peer, rank % 2, rank, failures, rank, "split");
+    if (child == nullptr) return;
+    // One element on two ranks: the automatic choice is a clique (topology/selection.h).
+    failures.expect(rank, allreduce_digest(child, failures, rank, "child op") == digest_of(child, "clique"),
+                    "the child chooses by size");
+    finalize_and_destroy(child, failures, rank, "child");
+  }, options));
+  check_no_failures(failures);
+}
+
+namespace {
+
 struct FromCallback {
   taiji_peer_t* peer = nullptr;
   std::atomic<int> status{1000};
