@@ -40,7 +40,7 @@ taiji_status_t taiji_set_log_callback(taiji_log_callback_t callback, taiji_log_l
       };
     }
     taiji::set_log_sink(std::move(sink));
-    taiji::log().set_level(static_cast<spdlog::level::level_enum>(level));
+    taiji::set_application_log_level(static_cast<spdlog::level::level_enum>(level));
     return TAIJI_OK;
   } catch (const std::bad_alloc&) {
     return TAIJI_ERR_NO_MEMORY;

@@ -2,6 +2,7 @@
 
 #include <spdlog/sinks/base_sink.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -59,6 +60,9 @@ Logger& instance() {
   return *logger;
 }
 
+// Set once the application chose the level; peers' configurations then leave it alone.
+std::atomic<bool> application_level{false};
+
 }  // namespace
 
 spdlog::logger& log() { return *instance().logger; }
@@ -66,8 +70,13 @@ spdlog::logger& log() { return *instance().logger; }
 bool set_log_level(std::string_view level) {
   auto parsed = spdlog::level::from_str(std::string(level));
   if (parsed == spdlog::level::off && level != "off") return false;
-  log().set_level(parsed);
+  if (!application_level.load(std::memory_order_acquire)) log().set_level(parsed);
   return true;
+}
+
+void set_application_log_level(spdlog::level::level_enum level) {
+  application_level.store(true, std::memory_order_release);
+  log().set_level(level);
 }
 
 void set_log_sink(LogSink sink) { instance().sink->set_target(std::move(sink)); }

@@ -94,8 +94,10 @@ Peer::Peer(const Config& config)
   membership_.add_listener(this);
 }
 
-Result<std::unique_ptr<Peer>> Peer::create(const Config& config) {
+Result<std::unique_ptr<Peer>> Peer::create(const Config& config,
+                                           std::unique_ptr<RendezvousServer> served) {
   std::unique_ptr<Peer> peer(new Peer(config));
+  peer->rendezvous_server_ = std::move(served);
   Status s = peer->bootstrap();
   if (!s.is_ok()) return s;
   return peer;

@@ -30,8 +30,11 @@ namespace taiji {
 
 class Peer final : private ClusterListener {
  public:
-  // Joins the job (rendezvous, then a connection to every other peer). Blocks.
-  static Result<std::unique_ptr<Peer>> create(const Config& config);
+  // Joins the job (rendezvous, then a connection to every other peer). Blocks. `served`:
+  // a rendezvous server the peer keeps until it goes (a split child's rank 0 serves its
+  // job's rendezvous this way).
+  static Result<std::unique_ptr<Peer>> create(const Config& config,
+                                              std::unique_ptr<RendezvousServer> served = nullptr);
   ~Peer();
 
   // Any thread: the current membership's.
@@ -95,6 +98,11 @@ class Peer final : private ClusterListener {
   // A collective: ends this rank's step (the time since its previous mark) and gathers
   // every rank's step time under "taiji.step", so that every peer can tell stragglers.
   Result<std::shared_ptr<RequestState>> step_mark(int64_t timeout_ms, RequestState::Callback callback);
+  // A collective over this job (runtime/peer_split.cpp): ranks with the same color >= 0
+  // form a new job, ranked by (key, parent rank), each rank its own Peer with this one's
+  // configuration; a negative color takes part and gets none (nullptr). Blocks, bounded
+  // by timeout_ms (0: the op timeout); not from a completion callback.
+  Result<std::unique_ptr<Peer>> split(int color, int key, int64_t timeout_ms);
   // Pings every other rank and waits for the replies (at most timeout_ms). Blocks.
   Status probe_rtt(int64_t timeout_ms);
 
