@@ -206,8 +206,8 @@ const Setting kSettings[] = {
      .def_doc = "`warn`, or as left",
      .doc = "`trace`, `debug`, `info`, `warn`, `error`, `critical` or `off` (lower case). The "
             "level is the process's, shared by all its peers: a peer that sets it sets it for "
-            "them all; unset, a peer leaves it as it is (`warn`, or what "
-            "`taiji_set_log_callback` chose)."},
+            "them all, unless `taiji_set_log_callback` chose one (that stays); unset, a peer "
+            "leaves it as it is."},
     {.name = "TAIJI_SECRET_FILE", .field = "secret_file", .type = T::String,
      .member = &Config::secret_file, .def_doc = "none",
      .doc = "Job secret: every connection is authenticated with it (HMAC-SHA256 "
