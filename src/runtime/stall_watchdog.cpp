@@ -18,12 +18,17 @@ void StallWatchdog::serve(Router& router) {
   router.add(MsgType::Answer, this);
 }
 
-void StallWatchdog::ask(const Key& key, const FrameHeader& query, const std::vector<bool>& departed) {
+void StallWatchdog::ask(const Key& key, const FrameHeader& query, const std::vector<bool>& departed,
+                        int only) {
   std::vector<int8_t>& posted_at = asked_[key];
   posted_at.assign(opt_.size, -1);
   posted_at[opt_.rank] = 1;
   for (int r = 0; r < opt_.size; ++r) {
     if (r == opt_.rank) continue;
+    if (only >= 0 && r != only) {
+      posted_at[r] = 1;  // takes no part: nothing to wait for
+      continue;
+    }
     if (departed[r]) {
       posted_at[r] = 0;
       continue;

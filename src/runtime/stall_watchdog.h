@@ -48,7 +48,8 @@ class StallWatchdog final : public ReceiveHandler {
 
   // Asks every other rank about the op under key; query is the op's header for a Query.
   // Ranks in `departed` (they finalized) count as not posted without being asked.
-  void ask(const Key& key, const FrameHeader& query, const std::vector<bool>& departed);
+  // only >= 0: the one other rank taking part (a send or recv); the rest are not asked.
+  void ask(const Key& key, const FrameHeader& query, const std::vector<bool>& departed, int only = -1);
   // Ranks that answered that they had not posted key when asked.
   std::vector<int> unposted(const Key& key) const;
   // The op ended: its answers, if any still come, are ignored.
