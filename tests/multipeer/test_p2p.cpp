@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -528,5 +529,63 @@ TEST_CASE("p2p: a departed partner fails the ops that need it; other pairs go on
     failures.expect_status(rank, "after-gone", s, TAIJI_OK);
     if (rank == 0) check_received(failures, rank, "after-gone", got, sent);
   }));
+  check_no_failures(failures);
+}
+
+namespace {
+
+// The process's warnings, while a test runs (taiji_set_log_callback).
+struct LogLines {
+  std::mutex mu;
+  std::vector<std::string> lines;
+};
+
+void keep_line(taiji_log_level_t, const char* message, void* user_data) {
+  auto* log = static_cast<LogLines*>(user_data);
+  std::lock_guard<std::mutex> lock(log->mu);
+  log->lines.emplace_back(message);
+}
+
+}  // namespace
+
+TEST_CASE("p2p: a stalled send asks only its partner whether it has posted", "[p2p]") {
+  constexpr int n = 3;
+  EnvOverride stall("TAIJI_STALL_WARN_MS", "200");
+  LogLines log;
+  REQUIRE(taiji_set_log_callback(keep_line, TAIJI_LOG_WARN, &log) == TAIJI_OK);
+  Failures failures;
+  std::atomic<bool> reported{false};
+  failures.add_all(run_peers(n, [&](taiji_peer_t* peer, int rank) {
+    taiji_op_options_t opt = op_options();
+    const std::vector<uint8_t> sent = payload("stalled", 0, 1, 256);
+    if (rank == 0) {
+      failures.expect_status(rank, "send", taiji_send(peer, "stalled", sent.data(), 256, TAIJI_U8, 1, &opt, nullptr),
+                             TAIJI_OK);
+    } else if (rank == 1) {
+      // Posts only once rank 0's watchdog has reported (bounded).
+      const auto deadline = Clock::now() + std::chrono::seconds(10);
+      while (!reported.load() && Clock::now() < deadline) {
+        {
+          std::lock_guard<std::mutex> lock(log.mu);
+          for (const std::string& line : log.lines) {
+            if (contains(line, "stall: send 'stalled' version 1 to rank 1")) reported.store(true);
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      GuardedBuffer got(256);
+      failures.expect_status(rank, "recv", taiji_recv(peer, "stalled", got.data(), 256, TAIJI_U8, 0, &opt, nullptr),
+                             TAIJI_OK);
+      check_received(failures, rank, "stalled", got, sent);
+    }
+  }));
+  taiji_set_log_callback(nullptr, TAIJI_LOG_WARN, nullptr);
+  failures.expect(0, reported.load(), "no stall report for the send");
+  std::lock_guard<std::mutex> lock(log.mu);
+  for (const std::string& line : log.lines) {
+    if (!contains(line, "stall: send 'stalled'")) continue;
+    // Rank 2 takes no part: it is neither asked nor named.
+    failures.expect(0, contains(line, "rank(s) 1 have not posted it"), "stall report: " + line);
+  }
   check_no_failures(failures);
 }
