@@ -22,7 +22,8 @@ constexpr uint64_t kMaxAbortReason = 4096;
 std::string kind_name(OpKind k) { return k == OpKind::None ? "op" : op_kind_name(k); }
 
 std::string op_title(OpKind kind, const std::string& name, uint64_t version) {
-  return kind_name(kind) + " '" + std::string(p2p_user_name(name)) + "' version " + std::to_string(version);
+  return kind_name(kind) + " '" + std::string(p2p_user_name(name)) + "' version " +
+         std::to_string(version);
 }
 
 std::string describe(OpKind kind, uint64_t count, uint8_t dtype, uint8_t redop, uint32_t root,
@@ -243,14 +244,15 @@ void OpEngine::send_chunk(Active& op, const ChunkSend& s) {
 
 Status OpEngine::check_match(const Active& op, const FrameHeader& h) const {
   const CollectiveSpec& s = op.op->spec();
-  bool same = h.op_kind == op_kind_partner(s.kind) && h.count == s.count && h.strategy == s.strategy_id &&
-              h.strategy_tag == s.strategy_tag;
+  bool same = h.op_kind == op_kind_partner(s.kind) && h.count == s.count &&
+              h.strategy == s.strategy_id && h.strategy_tag == s.strategy_tag;
   if (s.kind != OpKind::Barrier) same = same && h.dtype == static_cast<uint8_t>(s.dtype);
   if (op_kind_reduces(s.kind)) same = same && h.redop == static_cast<uint8_t>(s.redop);
   if (op_kind_rooted(s.kind)) same = same && h.root == static_cast<uint32_t>(s.root);
   if (same) return {};
   return {Code::Mismatch,
-          "'" + std::string(p2p_user_name(op.key.first)) + "' version " + std::to_string(op.key.second) + ": rank " +
+          "'" + std::string(p2p_user_name(op.key.first)) + "' version " +
+              std::to_string(op.key.second) + ": rank " +
               std::to_string(h.src_rank) + " posted " +
               describe(h.op_kind, h.count, h.dtype, h.redop, h.root,
                        h.strategy | static_cast<uint32_t>(h.strategy_tag) << 8) +

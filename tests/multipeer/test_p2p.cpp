@@ -239,11 +239,14 @@ TEST_CASE("p2p: several MiB in chunks, both ways at once, over TCP and shared me
     GuardedBuffer in_f64(kF64 * 8);
     GuardedBuffer in_u8(kU8);
     taiji_request_t* reqs[4] = {};
-    failures.expect_status(rank, "send f64", taiji_send(peer, "big/f64", out_f64.data(), kF64, TAIJI_F64, other, &opt, &reqs[0]), TAIJI_OK);
-    failures.expect_status(rank, "recv f64", taiji_recv(peer, "big/f64", in_f64.data(), kF64, TAIJI_F64, other, &opt, &reqs[1]), TAIJI_OK);
-    failures.expect_status(rank, "recv u8", taiji_recv(peer, "big/u8", in_u8.data(), kU8, TAIJI_U8, other, &opt, &reqs[2]), TAIJI_OK);
-    failures.expect_status(rank, "send u8", taiji_send(peer, "big/u8", out_u8.data(), kU8, TAIJI_U8, other, &opt, &reqs[3]), TAIJI_OK);
     const char* what[4] = {"send f64", "recv f64", "recv u8", "send u8"};
+    const taiji_status_t posted[4] = {
+        taiji_send(peer, "big/f64", out_f64.data(), kF64, TAIJI_F64, other, &opt, &reqs[0]),
+        taiji_recv(peer, "big/f64", in_f64.data(), kF64, TAIJI_F64, other, &opt, &reqs[1]),
+        taiji_recv(peer, "big/u8", in_u8.data(), kU8, TAIJI_U8, other, &opt, &reqs[2]),
+        taiji_send(peer, "big/u8", out_u8.data(), kU8, TAIJI_U8, other, &opt, &reqs[3]),
+    };
+    for (int k = 0; k < 4; ++k) failures.expect_status(rank, std::string("post ") + what[k], posted[k], TAIJI_OK);
     for (int k = 0; k < 4; ++k) finish(peer, reqs[k], failures, rank, what[k], TAIJI_OK, 1);
     check_received(failures, rank, "big/f64", in_f64, payload("big/f64", other, rank, kF64 * 8));
     check_received(failures, rank, "big/u8", in_u8, payload("big/u8", other, rank, kU8));
@@ -276,9 +279,11 @@ TEST_CASE("p2p: a ring exchange posted in one group does not deadlock", "[p2p]")
       // Every rank sends before it receives: one at a time, blocking, this would deadlock
       // as soon as the data waits for the receiver.
       failures.expect_status(rank, "send " + name,
-                             taiji_send(peer, name.c_str(), out.data(), bytes, TAIJI_U8, next, &opt, &send), TAIJI_OK);
+                             taiji_send(peer, name.c_str(), out.data(), bytes, TAIJI_U8, next, &opt, &send),
+                             TAIJI_OK);
       failures.expect_status(rank, "recv " + name,
-                             taiji_recv(peer, name.c_str(), in.data(), bytes, TAIJI_U8, prev, &opt, &recv), TAIJI_OK);
+                             taiji_recv(peer, name.c_str(), in.data(), bytes, TAIJI_U8, prev, &opt, &recv),
+                             TAIJI_OK);
       failures.expect_status(rank, "test held send", send ? taiji_request_test(send) : TAIJI_IN_PROGRESS,
                              TAIJI_IN_PROGRESS);
       failures.expect_status(rank, "group_end", taiji_group_end(peer), TAIJI_OK);
@@ -405,11 +410,14 @@ TEST_CASE("p2p: bad arguments fail at once with ERR_INVALID_ARGUMENT and post no
     const std::vector<uint8_t> sent = payload("inv", rank, other, 8);
     taiji_request_t* reqs[4] = {};
     GuardedBuffer got(8);
-    failures.expect_status(rank, "send inv", taiji_send(peer, "inv", sent.data(), 8, TAIJI_U8, other, &opt, &reqs[0]), TAIJI_OK);
-    failures.expect_status(rank, "recv inv", taiji_recv(peer, "inv", got.data(), 8, TAIJI_U8, other, &opt, &reqs[1]), TAIJI_OK);
-    failures.expect_status(rank, "send empty", taiji_send(peer, "empty", nullptr, 0, TAIJI_F32, other, &opt, &reqs[2]), TAIJI_OK);
-    failures.expect_status(rank, "recv empty", taiji_recv(peer, "empty", nullptr, 0, TAIJI_F32, other, &opt, &reqs[3]), TAIJI_OK);
     const char* what[4] = {"send inv", "recv inv", "send empty", "recv empty"};
+    const taiji_status_t posted[4] = {
+        taiji_send(peer, "inv", sent.data(), 8, TAIJI_U8, other, &opt, &reqs[0]),
+        taiji_recv(peer, "inv", got.data(), 8, TAIJI_U8, other, &opt, &reqs[1]),
+        taiji_send(peer, "empty", nullptr, 0, TAIJI_F32, other, &opt, &reqs[2]),
+        taiji_recv(peer, "empty", nullptr, 0, TAIJI_F32, other, &opt, &reqs[3]),
+    };
+    for (int k = 0; k < 4; ++k) failures.expect_status(rank, std::string("post ") + what[k], posted[k], TAIJI_OK);
     for (int k = 0; k < 4; ++k) finish(peer, reqs[k], failures, rank, what[k], TAIJI_OK, 1);
     check_received(failures, rank, "inv", got, payload("inv", other, rank, 8));
   }));
@@ -430,15 +438,19 @@ TEST_CASE("p2p: a collective and a send of the same name do not meet", "[p2p]") 
     // Rank 0 posts the send first, rank 1 the allreduce: had they shared a name space,
     // each would take the other's frames for its own op's.
     if (rank == 0) {
-      failures.expect_status(rank, "send", taiji_send(peer, "same", sent.data(), count, TAIJI_I32, 1, &opt, &p2p), TAIJI_OK);
+      failures.expect_status(rank, "send", taiji_send(peer, "same", sent.data(), count, TAIJI_I32, 1, &opt, &p2p),
+                             TAIJI_OK);
       failures.expect_status(rank, "allreduce",
-                             taiji_allreduce(peer, "same", in.data(), out.data(), count, TAIJI_I32, TAIJI_SUM, &opt, &allreduce),
+                             taiji_allreduce(peer, "same", in.data(), out.data(), count, TAIJI_I32, TAIJI_SUM, &opt,
+                                             &allreduce),
                              TAIJI_OK);
     } else {
       failures.expect_status(rank, "allreduce",
-                             taiji_allreduce(peer, "same", in.data(), out.data(), count, TAIJI_I32, TAIJI_SUM, &opt, &allreduce),
+                             taiji_allreduce(peer, "same", in.data(), out.data(), count, TAIJI_I32, TAIJI_SUM, &opt,
+                                             &allreduce),
                              TAIJI_OK);
-      failures.expect_status(rank, "recv", taiji_recv(peer, "same", got.data(), count, TAIJI_I32, 0, &opt, &p2p), TAIJI_OK);
+      failures.expect_status(rank, "recv", taiji_recv(peer, "same", got.data(), count, TAIJI_I32, 0, &opt, &p2p),
+                             TAIJI_OK);
     }
     finish(peer, allreduce, failures, rank, "allreduce same", TAIJI_OK, 1);
     finish(peer, p2p, failures, rank, "p2p same", TAIJI_OK, 1);
@@ -468,10 +480,13 @@ TEST_CASE("p2p: a sender far ahead of its receiver is throttled, and everything 
       for (int k = 0; k < kOps; ++k) {
         bufs[k] = payload("ahead", 0, 1, kBytes);
         bufs[k][0] = static_cast<uint8_t>(k);
-        failures.expect_status(rank, "send", taiji_send(peer, "ahead", bufs[k].data(), kBytes, TAIJI_U8, 1, &opt, &reqs[k]),
+        failures.expect_status(rank, "send",
+                               taiji_send(peer, "ahead", bufs[k].data(), kBytes, TAIJI_U8, 1, &opt, &reqs[k]),
                                TAIJI_OK);
       }
-      for (int k = 0; k < kOps; ++k) finish(peer, reqs[k], failures, rank, "send " + std::to_string(k), TAIJI_OK, k + 1);
+      for (int k = 0; k < kOps; ++k) {
+        finish(peer, reqs[k], failures, rank, "send " + std::to_string(k), TAIJI_OK, static_cast<uint64_t>(k + 1));
+      }
       return;
     }
     failures.expect(rank, await_read_pause(peer, 0), "reads from rank 0 never paused");
@@ -482,13 +497,13 @@ TEST_CASE("p2p: a sender far ahead of its receiver is throttled, and everything 
     got.reserve(kOps);
     for (int k = 0; k < kOps; ++k) {
       got.emplace_back(kBytes);
-      failures.expect_status(rank, "recv", taiji_recv(peer, "ahead", got[k].data(), kBytes, TAIJI_U8, 0, &opt, &reqs[k]),
-                             TAIJI_OK);
+      failures.expect_status(rank, "recv",
+                             taiji_recv(peer, "ahead", got[k].data(), kBytes, TAIJI_U8, 0, &opt, &reqs[k]), TAIJI_OK);
     }
     std::vector<uint8_t> want = payload("ahead", 0, 1, kBytes);
     for (int k = 0; k < kOps; ++k) {
       const std::string what = "recv " + std::to_string(k);
-      finish(peer, reqs[k], failures, rank, what, TAIJI_OK, k + 1);
+      finish(peer, reqs[k], failures, rank, what, TAIJI_OK, static_cast<uint64_t>(k + 1));
       want[0] = static_cast<uint8_t>(k);
       check_received(failures, rank, what, got[k], want);
     }
@@ -512,7 +527,8 @@ TEST_CASE("p2p: a departed partner fails the ops that need it; other pairs go on
     if (rank == 0) {
       uint8_t buf[64];
       taiji_request_t* req = nullptr;
-      failures.expect_status(rank, "recv from 2", taiji_recv(peer, "gone", buf, 64, TAIJI_U8, 2, &opt, &req), TAIJI_OK);
+      failures.expect_status(rank, "recv from 2", taiji_recv(peer, "gone", buf, 64, TAIJI_U8, 2, &opt, &req),
+                             TAIJI_OK);
       posted.store(true);
       taiji_status_t s = req ? wait_bounded(peer, req, 20000, failures, rank, "recv from 2") : TAIJI_OK;
       const std::string error = req ? taiji_request_error(req) : "";
