@@ -114,6 +114,8 @@ CollectiveOp::CollectiveOp(CollectiveSpec spec) : spec_(std::move(spec)) {
 }
 
 void CollectiveOp::plan() {
+  // A send or recv has no strategy: the pair exchanges the buffer directly.
+  if (op_kind_p2p(spec_.kind)) return plan_pair();
   const Strategy& s = *spec_.strategy;
   const int n = spec_.size;
   const uint64_t block = spec_.count;
@@ -206,8 +208,6 @@ void CollectiveOp::plan() {
     }
     case OpKind::Send:
     case OpKind::Recv:
-      plan_pair();
-      break;
     case OpKind::None:
       break;
   }
