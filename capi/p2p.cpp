@@ -1,22 +1,54 @@
-// Point-to-point: taiji_send and taiji_recv.
+// Point-to-point: taiji_send and taiji_recv. Each side is an op of its own kind (send or
+// recv) posted like a collective, so matching, chunking, deadlines, early arrivals and
+// groups are the engine's; only the pair takes part (runtime/p2p_key.h).
 #include <taiji/taiji.h>
 
 #include "handles.h"
 
-extern "C" {
+namespace {
 
-taiji_status_t taiji_send(taiji_peer_t* peer, const char*, const void*, size_t, taiji_dtype_t, int,
-                          const taiji_op_options_t*, taiji_request_t** request) {
-  if (request != nullptr) *request = nullptr;
+using namespace taiji_capi;
+
+taiji_status_t post_p2p(taiji_peer_t* peer, taiji::OpKind kind, const char* name, const void* send,
+                        void* recv, size_t count, taiji_dtype_t dtype, int other,
+                        const taiji_op_options_t* options, taiji_request_t** request) {
   if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
-  return taiji_capi::record(peer, {taiji::Code::Unsupported, "taiji_send is not built yet"});
+  if (name == nullptr) return invalid(peer, "name is NULL");
+  if (!taiji::valid_dtype(static_cast<uint32_t>(dtype))) return invalid(peer, "unknown dtype");
+  return guarded(peer, [&]() -> taiji_status_t {
+    taiji::PostArgs args;
+    args.kind = kind;
+    args.name = name;
+    args.send = send;
+    args.recv = recv;
+    args.count = count;
+    args.dtype = static_cast<taiji::DType>(dtype);
+    args.peer = other;
+    taiji_status_t s = apply_options(peer, options, request == nullptr, &args);
+    if (s != TAIJI_OK) return s;
+    taiji_op_options_t opt;
+    read_options(options, &opt);  // checked by apply_options
+    if (opt.grad_stats != nullptr) return invalid(peer, "options.grad_stats is for allreduce only");
+    // The pair exchanges the buffer directly: there is no graph to choose.
+    args.topology.clear();
+    return post_and_finish(peer, request, [&] { return peer->impl->post(std::move(args)); });
+  });
 }
 
-taiji_status_t taiji_recv(taiji_peer_t* peer, const char*, void*, size_t, taiji_dtype_t, int,
-                          const taiji_op_options_t*, taiji_request_t** request) {
-  if (request != nullptr) *request = nullptr;
-  if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
-  return taiji_capi::record(peer, {taiji::Code::Unsupported, "taiji_recv is not built yet"});
+}  // namespace
+
+extern "C" {
+
+taiji_status_t taiji_send(taiji_peer_t* peer, const char* name, const void* buf, size_t count,
+                          taiji_dtype_t dtype, int dst, const taiji_op_options_t* options,
+                          taiji_request_t** request) {
+  return post_p2p(peer, taiji::OpKind::Send, name, buf, nullptr, count, dtype, dst, options, request);
+}
+
+taiji_status_t taiji_recv(taiji_peer_t* peer, const char* name, void* buf, size_t count,
+                          taiji_dtype_t dtype, int src, const taiji_op_options_t* options,
+                          taiji_request_t** request) {
+  return post_p2p(peer, taiji::OpKind::Recv, name, nullptr, buf, count, dtype, src, options, request);
 }
 
 }  // extern "C"

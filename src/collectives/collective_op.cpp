@@ -29,7 +29,7 @@ std::vector<uint64_t> plan_chunks(uint64_t count, size_t elem, size_t pairs,
 
 uint64_t send_elements(const CollectiveSpec& s) {
   switch (s.kind) {
-    case OpKind::Barrier: return 0;
+    case OpKind::Barrier: case OpKind::Recv: return 0;
     case OpKind::ReduceScatter: return s.count * static_cast<uint64_t>(s.size);
     default: return s.count;
   }
@@ -38,7 +38,7 @@ uint64_t send_elements(const CollectiveSpec& s) {
 uint64_t recv_elements(const CollectiveSpec& s) {
   uint64_t n = static_cast<uint64_t>(s.size);
   switch (s.kind) {
-    case OpKind::Barrier: case OpKind::Consensus: return 0;
+    case OpKind::Barrier: case OpKind::Consensus: case OpKind::Send: return 0;
     case OpKind::Reduce: return s.rank == s.root ? s.count : 0;
     case OpKind::Gather: return s.rank == s.root ? s.count * n : 0;
     case OpKind::Allgather: return s.count * n;
@@ -114,6 +114,8 @@ CollectiveOp::CollectiveOp(CollectiveSpec spec) : spec_(std::move(spec)) {
 }
 
 void CollectiveOp::plan() {
+  // A send or recv has no strategy: the pair exchanges the buffer directly.
+  if (op_kind_p2p(spec_.kind)) return plan_pair();
   const Strategy& s = *spec_.strategy;
   const int n = spec_.size;
   const uint64_t block = spec_.count;
@@ -204,8 +206,29 @@ void CollectiveOp::plan() {
       for (int b = 0; b < n; ++b) add_chunks(Mode::Route, b * block, block, g.graphs, {}, b, g.count);
       break;
     }
+    case OpKind::Send:
+    case OpKind::Recv:
     case OpKind::None:
       break;
+  }
+}
+
+void CollectiveOp::plan_pair() {
+  // The sender's chunks go from its input as they are (it only reads them); the
+  // receiver's arrive straight into its output. Both cut the buffer alike.
+  const bool sending = spec_.kind == OpKind::Send;
+  work_ = sending ? const_cast<uint8_t*>(static_cast<const uint8_t*>(spec_.send))
+                  : static_cast<uint8_t*>(spec_.recv);
+  auto bounds = plan_chunks(spec_.count, elem_, 1, spec_.chunk_bytes);
+  plan_.reserve(bounds.size() - 1);
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    Chunk ch;
+    ch.mode = Mode::Route;
+    ch.begin = bounds[i];
+    ch.end = bounds[i + 1];
+    ch.route_from = sending ? -1 : spec_.peer;
+    ch.route_to = sending ? spec_.peer : -1;
+    plan_.push_back(std::move(ch));
   }
 }
 

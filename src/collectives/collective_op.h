@@ -12,6 +12,8 @@
 //    runs one such reduction per block, each ending at the block's owner.
 //  Route (gather): a block travels unchanged along the reduce graph's path from its
 //    owner to the root; ranks off the path take no part in that chunk.
+//  Send and recv: one hop of Route, from the sender straight into the receiver's buffer,
+//    with no graph; only the pair takes part.
 // Direct exchange (small allreduces and barriers on a clique, see direct_exchange()):
 //    every rank's whole input goes straight to every other rank, as in an allgather, and
 //    each rank then combines the n inputs in rank order: one hop instead of a tree's
@@ -43,6 +45,7 @@ struct CollectiveSpec {
   // one rank's block (allgather, gather, reduce_scatter).
   uint64_t count = 0;
   int root = 0;                       // broadcast, reduce, gather
+  int peer = -1;                      // send: the receiver; recv: the sender
   const void* send = nullptr;         // input (may equal recv where in-place is allowed)
   void* recv = nullptr;               // output (broadcast: the buffer)
   int* agree = nullptr;               // consensus: 1 if every peer held the same bytes
@@ -119,6 +122,7 @@ class CollectiveOp {
 
   void plan();
   void plan_direct();
+  void plan_pair();
   // Chunks of [base, base + count) spread over graph_count graphs (plan_chunks); chunk i
   // takes graph i mod the count, from lists that may hold only the graphs in use.
   void add_chunks(Mode mode, uint64_t base, uint64_t count, const std::vector<const Graph*>& reduce,

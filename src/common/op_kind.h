@@ -17,7 +17,9 @@ namespace taiji {
   X(Reduce, 5, "reduce", true, true)                      \
   X(Gather, 6, "gather", false, true)                     \
   X(ReduceScatter, 7, "reduce_scatter", true, false)      \
-  X(Consensus, 8, "consensus", false, false)
+  X(Consensus, 8, "consensus", false, false)              \
+  X(Send, 9, "send", false, false)                        \
+  X(Recv, 10, "recv", false, false)
 
 enum class OpKind : uint8_t {
 #define TAIJI_OP_KIND_ENUM_(kind, value, label, reduces, rooted) kind = value,
@@ -63,6 +65,14 @@ constexpr bool op_kind_rooted(OpKind k) {
 #undef TAIJI_OP_KIND_ROOTED_
   }
   return false;
+}
+
+// Point-to-point: one sender and one receiver, each posting its own side of the op.
+constexpr bool op_kind_p2p(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
+// The kind the other side of an op posts, which its frames carry: the two halves of a
+// point-to-point op meet each other; a collective meets itself.
+constexpr OpKind op_kind_partner(OpKind k) {
+  return k == OpKind::Send ? OpKind::Recv : k == OpKind::Recv ? OpKind::Send : k;
 }
 
 // The two stages of a chunk's trip: up the reduce tree, down the broadcast tree.

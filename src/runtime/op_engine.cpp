@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "monitor/log.h"
+#include "runtime/p2p_key.h"
 
 namespace taiji {
 
@@ -21,7 +22,8 @@ constexpr uint64_t kMaxAbortReason = 4096;
 std::string kind_name(OpKind k) { return k == OpKind::None ? "op" : op_kind_name(k); }
 
 std::string op_title(OpKind kind, const std::string& name, uint64_t version) {
-  return kind_name(kind) + " '" + name + "' version " + std::to_string(version);
+  return kind_name(kind) + " '" + std::string(p2p_user_name(name)) + "' version " +
+         std::to_string(version);
 }
 
 std::string describe(OpKind kind, uint64_t count, uint8_t dtype, uint8_t redop, uint32_t root,
@@ -35,6 +37,8 @@ std::string describe(OpKind kind, uint64_t count, uint8_t dtype, uint8_t redop, 
     s += " " + std::string(valid_redop(redop) ? redop_name(static_cast<RedOp>(redop)) : "op?");
   }
   if (op_kind_rooted(kind)) s += " root " + std::to_string(root);
+  // A point-to-point op runs on no topology.
+  if (op_kind_p2p(kind)) return s;
   return s + " topology " + fmt::format("{:06x}", topology);
 }
 
@@ -63,7 +67,14 @@ struct OpEngine::Active {
   uint64_t metrics_token = 0;                // 0: not counted (metrics off)
 
   OpKind kind() const { return op->spec().kind; }
-  std::string title() const { return op_title(kind(), key.first, key.second); }
+  std::string title() const {
+    std::string t = op_title(kind(), key.first, key.second);
+    if (kind() == OpKind::Send) t += " to rank " + std::to_string(op->spec().peer);
+    if (kind() == OpKind::Recv) t += " from rank " + std::to_string(op->spec().peer);
+    return t;
+  }
+  // Whether rank r takes part: every rank in a collective, the other side of a send/recv.
+  bool involves(int r) const { return !op_kind_p2p(kind()) || op->spec().peer == r; }
 };
 
 OpEngine::OpEngine(uv_loop_t* loop, EngineOptions options, NameTable* names)
@@ -233,14 +244,15 @@ void OpEngine::send_chunk(Active& op, const ChunkSend& s) {
 
 Status OpEngine::check_match(const Active& op, const FrameHeader& h) const {
   const CollectiveSpec& s = op.op->spec();
-  bool same = h.op_kind == s.kind && h.count == s.count && h.strategy == s.strategy_id &&
-              h.strategy_tag == s.strategy_tag;
+  bool same = h.op_kind == op_kind_partner(s.kind) && h.count == s.count &&
+              h.strategy == s.strategy_id && h.strategy_tag == s.strategy_tag;
   if (s.kind != OpKind::Barrier) same = same && h.dtype == static_cast<uint8_t>(s.dtype);
   if (op_kind_reduces(s.kind)) same = same && h.redop == static_cast<uint8_t>(s.redop);
   if (op_kind_rooted(s.kind)) same = same && h.root == static_cast<uint32_t>(s.root);
   if (same) return {};
   return {Code::Mismatch,
-          "'" + op.key.first + "' version " + std::to_string(op.key.second) + ": rank " +
+          "'" + std::string(p2p_user_name(op.key.first)) + "' version " +
+              std::to_string(op.key.second) + ": rank " +
               std::to_string(h.src_rank) + " posted " +
               describe(h.op_kind, h.count, h.dtype, h.redop, h.root,
                        h.strategy | static_cast<uint32_t>(h.strategy_tag) << 8) +
@@ -253,7 +265,7 @@ Status OpEngine::check_match(const Active& op, const FrameHeader& h) const {
 void OpEngine::mismatch(Active& op, const Status& why) {
   log().error("{}", why.message());
   for (int r = 0; r < opt_.cluster->size; ++r) {
-    if (r == opt_.cluster->rank || departed_[r]) continue;
+    if (r == opt_.cluster->rank || departed_[r] || !op.involves(r)) continue;
     OutMessage m;
     m.header = header_for(op, MsgType::Abort);
     m.header.chunk = static_cast<uint32_t>(-static_cast<int32_t>(why.code()));
@@ -448,10 +460,11 @@ void OpEngine::link_down(int src, bool graceful, const Status& why) {
   for (auto& [key, op] : ops_) keys.push_back(key);
   if (!graceful) {
     Status lost{Code::PeerLost, "rank " + std::to_string(src) + " lost: " + why.message()};
-    // Every op runs over every rank of the cluster, so each needed src.
+    // Every collective runs over every rank of the cluster, so each needed src; a
+    // send or recv needs only its other side.
     for (const Key& key : keys) {
       auto it = ops_.find(key);
-      if (it != ops_.end()) fail(*it->second, lost);
+      if (it != ops_.end() && it->second->involves(src)) fail(*it->second, lost);
     }
     if (on_link_lost_) on_link_lost_(src, lost);
   } else {
@@ -513,9 +526,12 @@ Status OpEngine::describe_timeout(const Active& op) const {
   std::string s = op.title() + " timed out after " + std::to_string(op.timeout_ms) + " ms";
   auto waiting = op.op->waiting_on();
   if (!waiting.empty()) s += "; waiting here for data from rank(s) " + rank_list(waiting);
+  // A rank this one sends to and whose Ready never came has not posted the op.
   std::vector<int> unready;
+  const std::vector<int>& dsts = op.op->destinations();
   for (int r = 0; r < opt_.cluster->size; ++r) {
-    if (!op.held[r].empty()) unready.push_back(r);
+    const bool owed = std::find(dsts.begin(), dsts.end(), r) != dsts.end();
+    if (!op.held[r].empty() || (owed && !op.ready_from[r])) unready.push_back(r);
   }
   if (!unready.empty()) s += "; rank(s) " + rank_list(unready) + " never posted it";
   const std::vector<int> unposted = op.stall_asked ? stalls_.unposted(op.key) : std::vector<int>{};
@@ -545,10 +561,13 @@ void OpEngine::tick() {
     // Asked at the stall warning, or quietly at half the deadline at the latest, so that
     // a timeout can name the rank actually missing (with two ranks there is only the other).
     const bool warn_due = opt_.stall_warn_ms > 0 && now >= op.started + opt_.stall_warn_ms;
-    const bool blame_due = opt_.cluster->size > 2 && now >= op.started + (op.deadline - op.started) / 2;
+    // (A send or recv has only its partner to blame.)
+    const bool blame_due = opt_.cluster->size > 2 && !op_kind_p2p(op.kind()) &&
+                           now >= op.started + (op.deadline - op.started) / 2;
     if (!op.failed && !op.stall_asked && (warn_due || blame_due)) {
       op.stall_asked = true;
-      stalls_.ask(key, header_for(op, MsgType::Query), departed_, warn_due);
+      stalls_.ask(key, header_for(op, MsgType::Query), departed_, warn_due,
+                  op_kind_p2p(op.kind()) ? op.op->spec().peer : -1);
     }
     if (!op.failed && now >= op.deadline) {
       Status why = describe_timeout(op);

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "monitor/log.h"
+#include "runtime/p2p_key.h"
 #include "topology/text.h"
 
 namespace taiji {
@@ -74,7 +75,8 @@ BoundStrategy OpPoster::by_size(const CollectiveSpec& spec, const StrategyCache&
 }
 
 void OpPoster::bind(PostedOp& op) const {
-  if (op.spec.strategy) return;
+  // A point-to-point op runs on no graph: nothing of the topology reaches its frames.
+  if (op.spec.strategy || op_kind_p2p(op.spec.kind)) return;
   use_strategy(op, current_.strategy ? current_ : by_size(op.spec, *strategies_));
 }
 
@@ -117,6 +119,14 @@ Status OpPoster::check_args(const PostArgs& args) const {
     return invalid("root " + std::to_string(args.root) + " is not a rank of this " +
                    std::to_string(size) + "-peer job");
   }
+  if (op_kind_p2p(args.kind)) {
+    const char* role = args.kind == OpKind::Send ? "dst " : "src ";
+    if (args.peer < 0 || args.peer >= size) {
+      return invalid(role + std::to_string(args.peer) + " is not a rank of this " +
+                     std::to_string(size) + "-peer job");
+    }
+    if (args.peer == rank) return invalid(role + std::to_string(args.peer) + " is this peer's own rank");
+  }
   size_t elem = dtype_size(args.dtype);
   if (args.count > (UINT64_MAX >> 4) / elem / static_cast<uint64_t>(size)) {
     return invalid("count is too large");
@@ -141,6 +151,7 @@ Result<PostedOp> OpPoster::prepare(PostArgs& args) {
   op.spec.redop = args.redop;
   op.spec.count = args.count;
   op.spec.root = args.root;
+  op.spec.peer = args.peer;
   op.spec.send = args.send;
   op.spec.recv = args.recv;
   op.spec.agree = args.agree;
@@ -150,15 +161,21 @@ Result<PostedOp> OpPoster::prepare(PostArgs& args) {
   // A chunk plus rounding must fit one frame.
   op.spec.chunk_bytes = std::min<uint64_t>(config_.chunk_bytes, config_.max_payload - 8);
   BoundStrategy explicit_strategy;
-  if (!args.topology.empty()) {
+  const bool p2p = op_kind_p2p(args.kind);
+  if (!args.topology.empty() && !p2p) {
     auto r = resolve_topology(args.topology);
     if (!r.is_ok()) return r.status();
     explicit_strategy = r.value();
   }
   if (closed_()) return Status{Code::Finalized, kClosed};
-  auto version = names_->reserve(args.name, args.version);
+  if (p2p) {
+    const bool sending = args.kind == OpKind::Send;
+    op.name = p2p_key(args.name, sending ? op.spec.rank : args.peer, sending ? args.peer : op.spec.rank);
+  } else {
+    op.name = args.name;
+  }
+  auto version = names_->reserve(op.name, args.version);
   if (!version.is_ok()) return version.status();
-  op.name = args.name;
   op.version = version.value();
   op.timeout_ms = static_cast<uint64_t>(args.timeout_ms > 0 ? args.timeout_ms : config_.timeout_ms);
   op.posted_ns = monotonic_ns();

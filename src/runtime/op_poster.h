@@ -35,6 +35,7 @@ struct PostArgs {
   DType dtype = DType::F32;
   RedOp redop = RedOp::Sum;
   int root = 0;
+  int peer = -1;                  // send: the receiver; recv: the sender
   int* agree = nullptr;           // consensus output
   int64_t timeout_ms = 0;         // 0: the peer's default
   std::string topology;           // empty: the peer's choice

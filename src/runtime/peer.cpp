@@ -5,6 +5,7 @@
 #include <future>
 
 #include "monitor/log.h"
+#include "runtime/p2p_key.h"
 
 namespace taiji {
 
@@ -36,7 +37,9 @@ Peer::Peer(const Config& config)
   to.cluster = &membership_.current();
   to.job_id = config_.job_id;
   to.listen_host = config_.listen_host;
-  to.limits.max_name_len = static_cast<uint16_t>(config_.max_name_len);
+  // Point-to-point ops travel under their caller's name and the pair (runtime/p2p_key.h).
+  to.limits.max_name_len = static_cast<uint16_t>(
+      std::min<uint64_t>(uint64_t{config_.max_name_len} + kP2pKeyOverhead, UINT16_MAX));
   to.limits.max_payload = config_.max_payload;
   to.secret = config_.secret;
   to.congestion = config_.tcp_congestion;

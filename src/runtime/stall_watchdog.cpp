@@ -19,7 +19,7 @@ void StallWatchdog::serve(Router& router) {
 }
 
 void StallWatchdog::ask(const Key& key, const FrameHeader& query, const std::vector<bool>& departed,
-                        bool report) {
+                        bool report, int only) {
   Asked& asked = asked_[key];
   asked.report = report;
   std::vector<int8_t>& posted_at = asked.posted_at;
@@ -27,6 +27,10 @@ void StallWatchdog::ask(const Key& key, const FrameHeader& query, const std::vec
   posted_at[opt_.rank] = 1;
   for (int r = 0; r < opt_.size; ++r) {
     if (r == opt_.rank) continue;
+    if (only >= 0 && r != only) {
+      posted_at[r] = 1;  // takes no part: nothing to wait for
+      continue;
+    }
     if (departed[r]) {
       posted_at[r] = 0;
       continue;

@@ -51,9 +51,10 @@ class StallWatchdog final : public ReceiveHandler {
   // Asks every other rank about the op under key; query is the op's header for a Query.
   // Ranks in `departed` (they finalized) count as not posted without being asked.
   // report: log what the answers say once all are in (a stall warning); else only keep
-  // them for the op's timeout message.
+  // them for the op's timeout message. only >= 0: the one other rank taking part (a send
+  // or recv); the rest are not asked.
   void ask(const Key& key, const FrameHeader& query, const std::vector<bool>& departed,
-           bool report = true);
+           bool report = true, int only = -1);
   // Ranks that answered that they had not posted key when asked.
   std::vector<int> unposted(const Key& key) const;
   // Ranks asked about key that have not answered.

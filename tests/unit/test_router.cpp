@@ -90,8 +90,8 @@ TEST_CASE("router: a link loss reaches every service once, in registration order
 }
 
 TEST_CASE("vocabulary: op kinds and statuses have one name each", "[router]") {
-  CHECK(kOpKindCount == 9);
-  CHECK(kMaxOpKind == 8);
+  CHECK(kOpKindCount == 11);
+  CHECK(kMaxOpKind == 10);
   CHECK(std::string(op_kind_name(OpKind::ReduceScatter)) == "reduce_scatter");
   CHECK(std::string(op_kind_label(static_cast<uint8_t>(OpKind::Consensus))) == "consensus");
   CHECK(std::string(op_kind_label(kMaxOpKind + 1)) == "none");
@@ -99,6 +99,10 @@ TEST_CASE("vocabulary: op kinds and statuses have one name each", "[router]") {
   CHECK_FALSE(op_kind_reduces(OpKind::Gather));
   CHECK(op_kind_rooted(OpKind::Gather));
   CHECK_FALSE(op_kind_rooted(OpKind::Allgather));
+  CHECK(std::string(op_kind_label(static_cast<uint8_t>(OpKind::Recv))) == "recv");
+  CHECK(op_kind_partner(OpKind::Send) == OpKind::Recv);
+  CHECK(op_kind_partner(OpKind::Recv) == OpKind::Send);
+  CHECK(op_kind_partner(OpKind::Gather) == OpKind::Gather);
   CHECK(std::string(status_label(static_cast<int32_t>(Code::InProgress))) == "in_progress");
   CHECK(std::string(status_label(static_cast<int32_t>(Code::VersionMismatch))) == "version");
   CHECK(std::string(status_label(static_cast<int32_t>(Code::Auth))) == "auth");

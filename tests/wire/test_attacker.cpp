@@ -15,6 +15,7 @@
 
 #include "attack_runner.h"
 #include "monitor/refusals.h"
+#include "runtime/p2p_key.h"
 
 using namespace taiji;
 using namespace wire;
@@ -72,7 +73,8 @@ std::vector<Attack> immediate_attacks() {
       {"message type 0", edited_hello([](FrameHeader& h) { h.type = static_cast<MsgType>(0); }),
        "bad type 0"},
       {"name_len over the cap", edited_hello([](FrameHeader& h) { h.name_len = 65535; }),
-       "name_len 65535 exceeds cap 64"},
+       // The cap leaves room for a point-to-point op's pair.
+       "name_len 65535 exceeds cap " + std::to_string(kMaxNameLen + kP2pKeyOverhead)},
       {"payload_len one over the cap",
        header_only([] {
          FrameHeader h = hello_header();
@@ -91,8 +93,9 @@ std::vector<Attack> immediate_attacks() {
        "payload_len 18446744073709551615 exceeds cap 1048576"},
       {"Data frame with an unknown dtype", frame(bad_dtype, "w", garbage(8)), "bad dtype 200"},
       {"Data frame with an unknown redop", frame(bad_redop, "w", garbage(8)), "bad redop 200"},
-      {"Data frame with an unknown op kind", data_frame([](FrameHeader& h) { h.op_kind = static_cast<OpKind>(9); }),
-       "bad op_kind 9"},
+      {"Data frame with an unknown op kind",
+       data_frame([](FrameHeader& h) { h.op_kind = static_cast<OpKind>(kMaxOpKind + 1); }),
+       "bad op_kind " + std::to_string(kMaxOpKind + 1)},
       {"Data frame without an op kind", data_frame([](FrameHeader& h) { h.op_kind = OpKind::None; }),
        "op_kind 0 in a Data frame"},
       {"Data frame with stage 2", data_frame([](FrameHeader& h) { h.stage = 2; }), "bad stage 2"},
