@@ -542,7 +542,9 @@ Status OpEngine::describe_timeout(const Active& op) const {
   }
   // The ranks it waits on for data may be waiting themselves (a ring passes a stall along):
   // without a rank named above, say that the one at fault is not known rather than blame them.
-  if (unready.empty() && unposted.empty() && silent.empty()) {
+  // An op with one partner (a send or recv, a job of two) has no one else to blame.
+  const bool one_partner = op_kind_p2p(op.kind()) || opt_.cluster->size <= 2;
+  if (!one_partner && unready.empty() && unposted.empty() && silent.empty()) {
     s += op.stall_asked ? "; every rank had posted it: the rank at fault is unknown"
                         : "; the rank at fault is unknown";
   }

@@ -358,7 +358,7 @@ TEST_CASE("p2p: a side whose partner never posts times out on its deadline, sayi
       const std::string title = rank == 0 ? "send '" + name + "' version 1 to rank 1 timed out after 300 ms"
                                           : "recv '" + name + "' version 1 from rank 0 timed out after 300 ms";
       failures.expect(rank, contains(error, title), name + ": " + error);
-      const std::string why = rank == 0 ? "rank(s) 1 never posted it" : "waiting for data from rank(s) 0";
+      const std::string why = rank == 0 ? "rank(s) 1 never posted it" : "waiting here for data from rank(s) 0";
       failures.expect(rank, contains(error, why), name + ": " + error);
     }
     // Both go on.
