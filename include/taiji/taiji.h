@@ -424,10 +424,13 @@ TAIJI_API void taiji_request_free(taiji_request_t *request);
  * is the n-th recv of "x" from the rank that sends it. The names are those of the
  * collectives (same rules, same reserved prefix) but a separate space: a send "x" never
  * meets a collective "x". Both sides must pass the same count and dtype, or both fail with
- * ERR_MISMATCH. Deadlines, back-pressure (a sender far ahead of its receiver is paused, as
- * with early collective data), callbacks, groups and the request rules are those of the
- * collectives. dst == src == own rank is ERR_INVALID_ARGUMENT, as is a rank out of range.
- * Errors as for the collectives. */
+ * ERR_MISMATCH. A send completes once the receiver has posted the matching recv and taken
+ * the data (as MPI_Ssend). Deadlines, back-pressure (a sender far ahead of its receiver is
+ * paused, as with early collective data), callbacks, groups and the request rules are
+ * those of the collectives; options.topology is ignored (there is no graph: the data goes
+ * straight to the partner), options.grad_stats is refused, and
+ * taiji_request_topology_digest reports 0. dst == src == own rank is ERR_INVALID_ARGUMENT,
+ * as is a rank out of range. Errors as for the collectives. */
 TAIJI_API taiji_status_t taiji_send(taiji_peer_t *peer, const char *name, const void *buf,
                                     size_t count, taiji_dtype_t dtype, int dst,
                                     const taiji_op_options_t *options,
@@ -444,8 +447,8 @@ TAIJI_API taiji_status_t taiji_recv(taiji_peer_t *peer, const char *name, void *
  * same color >= 0 form one child job, ranked by (key, parent rank); a rank passing a
  * negative color takes part but gets *child = NULL. The child is a peer like any other:
  * every collective, its own names and versions, its own topology and settings (copied
- * from the parent's configuration). Destroy (or finalize) children before their parent.
- * Blocks. options may be NULL; options.timeout_ms bounds the whole split (default: the
+ * from the parent's configuration), and its own I/O thread and connections: it depends on
+ * nothing of its parent, so either may be destroyed first. Blocks. options may be NULL; options.timeout_ms bounds the whole split (default: the
  * peer's op timeout); other fields are ignored. On error *child is NULL. Errors:
  * ERR_INVALID_ARGUMENT (NULL peer or child, a blocking call from a callback, inside a
  * group), ERR_TIMEOUT, ERR_PEER_LOST, ERR_BOOTSTRAP, ERR_FINALIZED, ERR_NO_MEMORY. */
@@ -482,9 +485,10 @@ typedef void (*taiji_log_callback_t)(taiji_log_level_t level, const char *messag
                                      void *user_data);
 
 /* Sends the process's taiji log to `callback` instead of stderr; NULL goes back to
- * stderr. Lines below `level` are dropped before formatting (the level the environment's
- * TAIJI_LOG_LEVEL set is replaced). When it returns, no call to the previous callback is
- * running or will start. Errors: ERR_INVALID_ARGUMENT (a level out of range). */
+ * stderr. Lines below `level` are dropped before formatting: this level replaces the one
+ * TAIJI_LOG_LEVEL set, and peers created later do not change it. When it returns, no call
+ * to the previous callback is running or will start. Errors: ERR_INVALID_ARGUMENT (a level
+ * out of range). */
 TAIJI_API taiji_status_t taiji_set_log_callback(taiji_log_callback_t callback,
                                                 taiji_log_level_t level, void *user_data);
 
