@@ -60,6 +60,6 @@ def log_to_python(level: int = logging.INFO) -> None:
 
 
 def log_to_stderr(level: Optional[int] = None) -> None:
-    """Back to taiji's own stderr log (the default)."""
-    _lib.lib().taiji_set_log_callback(_lib.LOG_CALLBACK(), _c_level(level or logging.INFO),
+    """Back to taiji's own stderr log (the default; level None: warnings and above)."""
+    _lib.lib().taiji_set_log_callback(_lib.LOG_CALLBACK(), _c_level(level or logging.WARNING),
                                       None)
