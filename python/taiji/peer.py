@@ -8,7 +8,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from . import _buffers, _dispatch, _lib
+from . import _buffers, _dispatch, _lib, _log
 from ._types import SUM, to_reduce_op
 from .errors import (Finalized, InvalidArgument, TaijiError, check, make_error)
 from .request import Request
@@ -112,8 +112,11 @@ class Peer:
                    _encode(job_id, "job_id"), _encode(topology, "topology")]
         config.rendezvous, config.listen_host, config.job_id, config.topology = strings
         handle = ctypes.c_void_p()
+        settings = dict(settings or {})
+        if _log.chosen_level is not None:
+            settings.setdefault("TAIJI_LOG_LEVEL", _log.chosen_level)
         try:
-            for key, value in (settings or {}).items():
+            for key, value in settings.items():
                 k = _encode(key, "a settings key")
                 v = None if value is None else str(value).encode("utf-8")
                 check(lib.taiji_config_set(ctypes.byref(config), k, v),
