@@ -78,6 +78,11 @@ def _collectives():
     # Unnamed ops meet by call order.
     for i in range(3):
         same(hvd.allreduce(x * i, op=hvd.Sum), ref * i, f"unnamed {i}")
+    # ... whatever their shapes, also several in flight at once under one name.
+    handles = [hvd.allreduce_async(torch.ones(i + 1) * (RANK + 1), op=hvd.Sum)
+               for i in range(4)]
+    for i, h in reversed(list(enumerate(handles))):
+        same(hvd.synchronize(h), torch.full((i + 1,), SIZE * (SIZE + 1) / 2), "in flight")
     # Differentiable allreduce: d(sum_r allreduce(w))/dw = SIZE for Sum.
     w = x.clone().requires_grad_()
     hvd.allreduce(w, name="grad", op=hvd.Sum).sum().backward()
@@ -165,6 +170,7 @@ def test_every_function_against_torch(run_peers, n):
 
 
 def _errors():
+    import time
     import torch
     import taiji
     import taiji.torch.horovod as hvd
@@ -191,6 +197,9 @@ def _errors():
         except taiji.Timeout as e:
             assert "lonely" in str(e), str(e)
             caught.append("timeout")
+    else:
+        # Meet rank 0 after its 3 s timeout, with time to spare on this barrier's own.
+        time.sleep(1.5)
     hvd.barrier()
     # The peer still works afterwards.
     out = hvd.allreduce(torch.ones(2), name="after", op=hvd.Sum)
@@ -202,3 +211,42 @@ def _errors():
 def test_errors_are_raised_on_every_rank(run_peers):
     results = run_peers(_errors, 2, timeout=60)
     assert [r.results for r in results] == [[["mismatch", "timeout"]], [["mismatch"]]]
+
+
+_TORCHRUN_BODY = """
+import os, sys
+import torch
+import taiji.torch.horovod as hvd
+hvd.init()
+assert (hvd.rank(), hvd.size()) == (int(os.environ["RANK"]), 2)
+assert (hvd.local_rank(), hvd.local_size()) == (int(os.environ["LOCAL_RANK"]), 2)
+out = hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), name="x", op=hvd.Sum)
+assert out.item() == 3.0, out
+hvd.shutdown()
+print("ok")
+"""
+
+
+def test_init_reads_torchrun_variables(tmp_path):
+    import os
+    import subprocess
+    from peers import LIBRARY, PYTHON, REPO, free_port
+
+    script = tmp_path / "body.py"
+    script.write_text(_TORCHRUN_BODY)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TAIJI_")}
+    base.update({"PYTHONPATH": str(REPO / "python"), "TAIJI_LIBRARY": LIBRARY,
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+                 "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                 "TAIJI_JOB_ID": f"hvd-torchrun-{os.getpid()}"})
+    procs = [subprocess.Popen([PYTHON, str(script)], cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
+             for r in range(2)]
+    try:
+        outputs = [p.communicate(timeout=60)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert [o.split() for o in outputs] == [["ok"], ["ok"]], outputs
