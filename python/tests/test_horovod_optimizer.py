@@ -141,6 +141,11 @@ def _distributed_optimizer():
     mean = lambda g: g.mean(0)  # noqa: E731
     check("average", run(3), reference(3, 1, mean), 1e-6)
     check("passes=2", run(3, passes=2), reference(3, 2, mean), 1e-6)
+    check("per parameter", run(3, bucket_bytes=0), reference(3, 1, mean), 1e-6)
+    check("per parameter, passes=2", run(2, passes=2, bucket_bytes=0),
+          reference(2, 2, mean), 1e-6)
+    check("small buckets, passes=2", run(3, passes=2, bucket_bytes=64),
+          reference(3, 2, mean), 1e-6)
     check("sum, 2 groups", run(2, op=hvd.Sum, groups=2), reference(2, 1, lambda g: g.sum(0)),
           1e-6)
     check("clip", run(2, clip=0.05), reference(2, 1, mean, clip=0.05), 1e-6)

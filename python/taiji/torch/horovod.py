@@ -696,12 +696,15 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
                          compression: type = NoneCompressor, backward_passes_per_step: int = 1,
                          op: _ReduceOp = Average, gradient_predivide_factor: float = 1.0,
                          num_groups: int = 0, groups=None, sparse_as_dense: bool = False,
-                         process_set: Any = None, grad_stats: Any = None):
+                         process_set: Any = None, grad_stats: Any = None,
+                         bucket_bytes: Optional[int] = None):
     """Wraps ``optimizer`` so that gradients are allreduced as backward produces them;
     see ``taiji.torch.optimizer.DistributedOptimizer``."""
-    from .optimizer import DistributedOptimizer as make
-    return make(optimizer, named_parameters=named_parameters, compression=compression,
-                backward_passes_per_step=backward_passes_per_step, op=op,
-                gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
-                groups=groups, sparse_as_dense=sparse_as_dense, process_set=process_set,
-                grad_stats=grad_stats)
+    from . import optimizer as impl
+    return impl.DistributedOptimizer(
+        optimizer, named_parameters=named_parameters, compression=compression,
+        backward_passes_per_step=backward_passes_per_step, op=op,
+        gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
+        groups=groups, sparse_as_dense=sparse_as_dense, process_set=process_set,
+        grad_stats=grad_stats,
+        bucket_bytes=impl.DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes)

@@ -17,6 +17,11 @@ from . import horovod as hvd
 
 __all__ = ["DistributedOptimizer"]
 
+# Gradients are packed into flat buckets of up to this many bytes, each reduced by one
+# allreduce as soon as all of its gradients are ready (see docs/python-horovod.md for the
+# measurement behind it); 0 posts one allreduce per parameter.
+DEFAULT_BUCKET_BYTES = 1 << 20
+
 
 def _split_list(items: List[Any], parts: int) -> List[List[Any]]:
     step, extra = divmod(len(items), parts)
@@ -34,7 +39,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # optimizer's class, so super(self.__class__, self) is that optimizer.
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, groups, sparse_as_dense, grad_stats):
+                 gradient_predivide_factor, groups, sparse_as_dense, grad_stats, bucket_bytes):
         super(self.__class__, self).__init__(params)
         self._compression = compression
         all_params = [p for group in self.param_groups for p in group["params"]]
@@ -67,48 +72,81 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
-        self._p_to_group: Dict[torch.Tensor, Tuple[torch.Tensor, ...]] = {}
-        self._group_counts: Dict[Tuple[torch.Tensor, ...], int] = {}
-        self._make_groups(groups)
+        # Parameters reduced together as one flat allreduce, and how many are ready.
+        self._p_to_bucket: Dict[torch.Tensor, Tuple[torch.Tensor, ...]] = {}
+        self._bucket_ready: Dict[Tuple[torch.Tensor, ...], int] = {}
+        self._make_buckets(groups, bucket_bytes)
         if hvd.size() > 1:
             self._register_hooks()
 
     # -- setup ---------------------------------------------------------------------------
 
-    def _make_groups(self, groups) -> None:
-        if groups is None or groups == 0:
-            return
+    def _make_buckets(self, groups, bucket_bytes: int) -> None:
         trainable = [p for group in self.param_groups for p in group["params"]
                      if p.requires_grad]
-        # Every rank must form the same groups: order by name, which ranks agree on.
-        trainable.sort(key=lambda p: self._parameter_names[p])
+        if groups is not None and groups != 0:
+            # Every rank must form the same groups: order by name, which ranks agree on.
+            trainable.sort(key=lambda p: self._parameter_names[p])
+            p_groups = self._explicit_groups(groups, trainable)
+        elif bucket_bytes > 0:
+            # Backward produces gradients roughly in reverse order of the parameters, so
+            # buckets filled in that order complete one after another while it runs.
+            p_groups = [list(reversed(trainable))]
+        else:
+            return
+        for members in p_groups:
+            for bucket in self._split_by_size(members, bucket_bytes if groups is None
+                                              or groups == 0 else 0):
+                if len(bucket) > 1:
+                    key = tuple(bucket)
+                    for p in bucket:
+                        self._p_to_bucket[p] = key
+                    self._bucket_ready[key] = 0
+
+    @staticmethod
+    def _explicit_groups(groups, trainable) -> List[List[torch.Tensor]]:
         if isinstance(groups, int):
             if groups < 0:
                 raise ValueError("groups must be a positive integer or a list of lists")
-            p_groups = _split_list(trainable, groups)
-        elif isinstance(groups, list):
-            seen = set()
-            p_groups = []
-            for inner in groups:
-                members = []
-                for p in inner:
-                    if not isinstance(p, torch.Tensor):
-                        raise ValueError("groups must consist of torch.Tensor")
-                    if id(p) in seen:
-                        raise ValueError("a parameter can only appear once in groups")
-                    seen.add(id(p))
-                    if p.requires_grad:
-                        members.append(p)
-                if members:
-                    p_groups.append(members)
-            p_groups += [[p] for p in trainable if id(p) not in seen]
-        else:
+            return _split_list(trainable, groups)
+        if not isinstance(groups, list):
             raise ValueError("groups must be a positive integer or a list of lists")
-        for members in p_groups:
-            key = tuple(members)
-            for p in members:
-                self._p_to_group[p] = key
-            self._group_counts[key] = 0
+        wanted = {id(p) for p in trainable}
+        seen = set()
+        p_groups = []
+        for inner in groups:
+            members = []
+            for p in inner:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor")
+                if id(p) in seen:
+                    raise ValueError("a parameter can only appear once in groups")
+                seen.add(id(p))
+                if id(p) in wanted:
+                    members.append(p)
+            if members:
+                p_groups.append(members)
+        return p_groups + [[p] for p in trainable if id(p) not in seen]
+
+    @staticmethod
+    def _split_by_size(members, cap: int) -> List[List[torch.Tensor]]:
+        """Buckets of one dtype each (a flat buffer has one), of at most ``cap`` bytes when
+        cap > 0 (a larger tensor is a bucket of its own), in the members' order."""
+        open_buckets: Dict[torch.dtype, List[torch.Tensor]] = {}
+        sizes: Dict[torch.dtype, int] = {}
+        out = []
+        for p in members:
+            nbytes = p.numel() * p.element_size()
+            bucket = open_buckets.get(p.dtype)
+            if bucket is not None and cap > 0 and sizes[p.dtype] + nbytes > cap:
+                out.append(bucket)
+                bucket = None
+            if bucket is None:
+                bucket = open_buckets[p.dtype] = []
+                sizes[p.dtype] = 0
+            bucket.append(p)
+            sizes[p.dtype] += nbytes
+        return out + list(open_buckets.values())
 
     def _register_hooks(self) -> None:
         for group in self.param_groups:
@@ -131,6 +169,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
+        for key in self._bucket_ready:
+            self._bucket_ready[key] = 0
         return super(self.__class__, self).load_state_dict(*args, **kwargs)
 
     # -- posting -------------------------------------------------------------------------
@@ -161,19 +201,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                       None, pre, post, **self._opts())
         return handle, ctx
 
-    def _grouped_allreduce_grad_async(self, members: Sequence[torch.Tensor]):
+    def _bucket_allreduce_async(self, members: Sequence[torch.Tensor]) -> Tuple[int, Any]:
         pairs = [self._compression.compress(self._dense_grad(p)) for p in members]
+        flat = torch.cat([c.reshape(-1) for c, _ in pairs])
         pre, post = self._scale_factors()
-        inner = []
-        with hvd.peer().group():
-            for p, (compressed, _) in zip(members, pairs):
-                inner.append(hvd._allreduce_async(compressed, None, self._parameter_names[p],
-                                                  self.op, None, pre, post, **self._opts()))
-        return inner, [ctx for _, ctx in pairs]
+        name = f"bucket.{self._parameter_names[members[0]]}.{len(members)}"
+        handle = hvd._allreduce_async(flat, None, name, self.op, None, pre, post,
+                                      **self._opts())
+        return handle, [ctx for _, ctx in pairs]
 
     def _make_hook(self, p: torch.Tensor):
         def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None:
+            key = self._p_to_bucket.get(p)
+            posted = (p in self._handles and self._handles[p][0] is not None) or (
+                key is not None and key in self._handles)
+            if posted:
                 if self._allreduce_delay[p] <= 0:
                     raise AssertionError(
                         "gradients were computed more than backward_passes_per_step times "
@@ -182,14 +224,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._allreduce_delay[p] -= 1
             handle, ctx = None, None
             if self._allreduce_delay[p] == 0:
-                if self._p_to_group:
-                    key = self._p_to_group[p]
-                    self._group_counts[key] += 1
-                    if self._group_counts[key] == len(key):
-                        self._handles[key] = self._grouped_allreduce_grad_async(key)
+                if key is not None:
+                    self._bucket_ready[key] += 1
+                    if self._bucket_ready[key] == len(key):
+                        self._handles[key] = self._bucket_allreduce_async(key)
                         for q in key:
                             self._handles.pop(q, None)
-                        self._group_counts[key] = 0
+                        self._bucket_ready[key] = 0
                         return
                 else:
                     handle, ctx = self._allreduce_grad_async(p)
@@ -200,26 +241,33 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self) -> None:
         """Waits for every gradient's allreduce (posting those whose hook has not fired,
-        e.g. with fewer backward passes than backward_passes_per_step) and puts the reduced
-        gradients in place."""
-        done = set()
-        for key in self._handles:
-            done.update(key) if isinstance(key, tuple) else done.add(key)
-        for p in self._requires_update - done:
-            self._handles[p] = self._allreduce_grad_async(p)
-        for p, (handle, ctx) in list(self._handles.items()):
-            if handle is None:
+        e.g. with fewer backward passes than backward_passes_per_step, or a parameter that
+        got no gradient) and puts the reduced gradients in place."""
+        posted = set()
+        for key, (handle, _) in self._handles.items():
+            if handle is not None:
+                posted.update(key) if isinstance(key, tuple) else posted.add(key)
+        for p in self._requires_update - posted:
+            key = self._p_to_bucket.get(p)
+            if key is None:
                 self._handles[p] = self._allreduce_grad_async(p)
+            elif key not in posted:
+                self._handles[key] = self._bucket_allreduce_async(key)
+                posted.update(key)
+                for q in key:
+                    self._handles.pop(q, None)
         try:
             for key, (handle, ctx) in self._handles.items():
+                output = hvd.synchronize(handle)
                 if isinstance(key, tuple):
-                    for p, h, c in zip(key, handle, ctx):
-                        self._finish(p, hvd.synchronize(h), c)
-                    self._group_counts[key] = 0
+                    start = 0
+                    for p, c in zip(key, ctx):
+                        n = p.grad.numel()
+                        self._finish(p, output[start:start + n].view_as(p.grad), c)
+                        start += n
+                    self._bucket_ready[key] = 0
                 else:
-                    self._finish(key, hvd.synchronize(handle), ctx)
-                    if key in self._p_to_group:
-                        self._group_counts[self._p_to_group[key]] = 0
+                    self._finish(key, output, ctx)
         finally:
             self._handles.clear()
         if self._grad_stats is not None:
@@ -229,8 +277,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _finish(self, p: torch.Tensor, output: torch.Tensor, ctx: Any) -> None:
         self._allreduce_delay[p] = self.backward_passes_per_step
         reduced = self._compression.decompress(output, ctx)
-        if reduced is not p.grad:
-            p.grad.set_(reduced)
+        if reduced.data_ptr() != p.grad.data_ptr():  # not reduced in place
+            p.grad.copy_(reduced)
 
     @contextmanager
     def skip_synchronize(self):
@@ -264,7 +312,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          backward_passes_per_step: int = 1, op: Any = hvd.Average,
                          gradient_predivide_factor: float = 1.0, num_groups: int = 0,
                          groups: Any = None, sparse_as_dense: bool = False,
-                         process_set: Any = None, grad_stats: Any = None):
+                         process_set: Any = None, grad_stats: Any = None,
+                         bucket_bytes: int = DEFAULT_BUCKET_BYTES):
     """Wraps ``optimizer``: each gradient is allreduced (one named async taiji allreduce per
     parameter) as soon as backward has produced it; ``step()`` waits for all, puts the
     reduced gradients in place and steps the wrapped optimizer.
@@ -299,5 +348,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         groups = num_groups if groups is None else groups
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
+    if not isinstance(bucket_bytes, int) or bucket_bytes < 0:
+        raise ValueError("bucket_bytes must be an int >= 0")
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, groups, sparse_as_dense, grad_stats)
+               op, gradient_predivide_factor, groups, sparse_as_dense, grad_stats,
+               bucket_bytes)
