@@ -430,29 +430,50 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
 
 def _grouped_async(tensors: Sequence[torch.Tensor], in_place: bool, name, op, average,
                    prescale_factor, postscale_factor) -> int:
-    tensors = list(tensors)
+    tensors = [_check_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
     base = name or "grouped"
-    inner = []
-    # One taiji group: the ops reach the peer in one hand-over, and with TAIJI_FUSION=on
-    # one negotiation fuses them whole.
+    # One flat buffer per dtype, reduced by one allreduce: measured several times faster
+    # than one op per tensor for tens of small tensors (docs/python-horovod.md).
+    by_dtype: Dict[torch.dtype, List[int]] = {}
+    for i, t in enumerate(tensors):
+        by_dtype.setdefault(t.dtype, []).append(i)
+    flats, inner = [], []
     with peer().group():
-        for i, t in enumerate(tensors):
-            out = None if in_place else torch.empty_like(t, memory_format=torch.contiguous_format)
-            inner.append(_allreduce_async(t, out, f"{base}.{i}", op, average,
+        for dtype, indices in by_dtype.items():
+            flat = torch.cat([tensors[i].detach().reshape(-1) for i in indices])
+            flats.append((flat, indices))
+            inner.append(_allreduce_async(flat, None, f"{base}.{str(dtype)[6:]}", op, average,
                                           prescale_factor, postscale_factor))
     pendings = [_handles.pop(h) for h in inner]
-    return _register([r for p in pendings for r in p.requests],
-                     lambda: [p.finish() for p in pendings])
+
+    def finish():
+        outputs: List[Optional[torch.Tensor]] = [None] * len(tensors)
+        for pending, (flat, indices) in zip(pendings, flats):
+            pending.finish()
+            start = 0
+            for i in indices:
+                t = tensors[i]
+                part = flat[start:start + t.numel()].view(t.shape)
+                start += t.numel()
+                if in_place:
+                    with torch.no_grad():
+                        t.copy_(part)
+                    outputs[i] = t
+                else:
+                    outputs[i] = part
+        return outputs
+    return _register([r for p in pendings for r in p.requests], finish)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
                             name: Optional[str] = None, op: Optional[_ReduceOp] = None,
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                             process_set: Any = None) -> int:
-    """Starts reducing a list of tensors as one group; synchronize returns the list.
-    The i-th tensor's op is named ``<name>.<i>`` (ranks must pass the same list)."""
+    """Starts reducing a list of tensors together; synchronize returns the list. The
+    tensors of each dtype are packed into one flat buffer reduced by one allreduce named
+    ``<name>.<dtype>`` (ranks must pass the same list)."""
     _no_process_set(process_set)
     return _grouped_async(tensors, False, name, op, average, prescale_factor, postscale_factor)
 
