@@ -17,7 +17,7 @@ import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-import taiji.torch.horovod as hvd  # the same names as `import taiji.torch as hvd`
+import taiji.torch as hvd  # was: import horovod.torch as hvd
 
 
 def parse_args():
