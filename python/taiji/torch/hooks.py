@@ -14,8 +14,6 @@ ranks). ``grad_stats_hook`` attaches a :class:`taiji.GradStats` to each bucket's
 allreduce, so the statistics ride in the same allreduce as the gradients; a step ends
 once every bucket of the iteration has been reduced.
 """
-from __future__ import annotations
-
 import math
 import threading
 from typing import Any, Dict, Optional
@@ -53,7 +51,7 @@ def _peer_of(group: Optional[Any]) -> taiji.Peer:
 
 
 def _future_of(request: taiji.Request, value: torch.Tensor,
-               then: Optional[Any] = None) -> torch.futures.Future:
+               then: Optional[Any] = None) -> "torch.futures.Future[torch.Tensor]":
     fut: torch.futures.Future = torch.futures.Future()
 
     def done(req: taiji.Request) -> None:  # on the package's callback thread
@@ -69,11 +67,14 @@ def _future_of(request: taiji.Request, value: torch.Tensor,
     return fut
 
 
-def _bucket_name(kind: str, bucket: Any) -> str:
+def _bucket_name(kind: str, bucket: dist.GradBucket) -> str:
     return f"{kind}/bucket{bucket.index()}"
 
 
-def allreduce_hook(state: Optional[Any], bucket: Any) -> torch.futures.Future:
+# DDP checks these annotations by identity: they must be dist.GradBucket and
+# torch.futures.Future[torch.Tensor] themselves (hence no postponed annotations here).
+def allreduce_hook(state: Optional[Any],
+                   bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Averages the bucket's gradients with one taiji AVG allreduce (the sum divided by
     the world size in the reduction, not by a separate pass as DDP's default does)."""
     peer = state.taiji_peer() if isinstance(state, TaijiHookState) else _peer_of(state)
@@ -122,7 +123,8 @@ class GradStatsState(TaijiHookState):
             self._grad_stats = None
 
 
-def grad_stats_hook(state: GradStatsState, bucket: Any) -> torch.futures.Future:
+def grad_stats_hook(state: "GradStatsState",
+                    bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """:func:`allreduce_hook` that also measures the gradient noise scale and SNR in
     the same allreduce (``taiji_grad_stats``), exposed on ``state.stats``."""
     if not isinstance(state, GradStatsState):
