@@ -1,6 +1,5 @@
 """broadcast_parameters, broadcast_optimizer_state and DistributedOptimizer: every rank
 ends bitwise equal, and equal to a single-process replay of the same training."""
-import pathlib
 import subprocess
 
 import pytest

@@ -1,4 +1,5 @@
-"""Horovod's DistributedOptimizer over taiji: one named async allreduce per gradient.
+"""Horovod's DistributedOptimizer over taiji: gradients allreduced, asynchronously and
+in flat buckets of small ones, as backward produces them.
 
 The wrapper becomes a subclass of the wrapped optimizer's class, as in Horovod, so
 ``isinstance(opt, torch.optim.SGD)`` still holds and the optimizer's own ``step`` runs on
@@ -314,9 +315,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          groups: Any = None, sparse_as_dense: bool = False,
                          process_set: Any = None, grad_stats: Any = None,
                          bucket_bytes: int = DEFAULT_BUCKET_BYTES):
-    """Wraps ``optimizer``: each gradient is allreduced (one named async taiji allreduce per
-    parameter) as soon as backward has produced it; ``step()`` waits for all, puts the
-    reduced gradients in place and steps the wrapped optimizer.
+    """Wraps ``optimizer``: each gradient's allreduce is posted (asynchronously) as soon as
+    backward has produced it, or, for small gradients, as soon as its bucket is complete;
+    ``step()`` waits for all, puts the reduced gradients in place and steps the wrapped
+    optimizer.
 
     Arguments are Horovod's: ``named_parameters`` (usually ``model.named_parameters()``;
     names match the ops across ranks, so every rank must use the same names; without them,
@@ -325,14 +327,17 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     summed locally before one allreduce), ``op`` (Average, Sum, Min, Max; Adasum raises),
     ``gradient_predivide_factor`` (Average only: scale by 1/f before and f/size() after),
     ``groups`` (an int: that many groups of parameters in name order, or a list of lists
-    of parameters; a group's allreduces are posted together, as one taiji group, once all
-    its gradients are ready), ``sparse_as_dense``. ``synchronize()``,
+    of parameters; each group, per dtype, is reduced as one flat allreduce once all its
+    gradients are ready), ``sparse_as_dense``. ``synchronize()``,
     ``skip_synchronize()`` and ``zero_grad()`` behave as Horovod's.
 
-    taiji additions and differences: ``grad_stats`` (a ``taiji.GradStats`` of the default
-    peer, made with ``tensors_per_step=0``) rides in every gradient's allreduce and is
-    committed once per synchronize(); it needs op Average or Sum. ``process_set`` must be
-    None. ``num_groups`` is Horovod's deprecated spelling of ``groups``.
+    taiji additions and differences: ``bucket_bytes`` (without ``groups``: gradients, in
+    reverse parameter order, are packed into flat buckets of one dtype and at most this
+    many bytes, one allreduce each; a larger tensor is reduced alone, in place; 0: one
+    allreduce per parameter, named after it). ``grad_stats`` (a ``taiji.GradStats`` of the
+    default peer, made with ``tensors_per_step=0``) rides in every gradient allreduce and
+    is committed once per synchronize(); it needs op Average or Sum. ``process_set`` must
+    be None. ``num_groups`` is Horovod's deprecated spelling of ``groups``.
     """
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
