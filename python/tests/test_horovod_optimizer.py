@@ -55,6 +55,13 @@ def _broadcast_state():
     # They stay equal when training goes on with the same data.
     train(model, opt, 2, 99)
     out["trained"] = digest(model, opt)
+    # The usual Horovod order: wrap first, then broadcast; numpy ints are ranks too.
+    model, opt = make(20 + RANK)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=np.int64(root))
+    hvd.broadcast_optimizer_state(opt, root_rank=root)
+    train(model, opt, 2, 7)
+    out["wrapped"] = digest(model, opt)
     # named_parameters() and parameters() work too.
     for form in ("named", "plain"):
         m, o = make(10 + RANK)
@@ -68,7 +75,7 @@ def _broadcast_state():
 @pytest.mark.parametrize("n", [2, 3])
 def test_broadcast_parameters_and_optimizer_state_make_ranks_equal(run_peers, n):
     results = [r.results[0] for r in run_peers(_broadcast_state, n, timeout=90)]
-    for key in ("after", "trained", "named", "plain"):
+    for key in ("after", "trained", "wrapped", "named", "plain"):
         assert all(r[key] == results[0][key] for r in results), key
 
 

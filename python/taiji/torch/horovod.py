@@ -22,6 +22,7 @@ Handles. The ``*_async`` functions return an int handle, as Horovod's do, for ``
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import pickle
 import socket
@@ -517,9 +518,13 @@ def _no_process_set(process_set: Any) -> None:
 # ---- broadcast ----------------------------------------------------------------------
 
 def _check_root(root_rank: int) -> int:
-    if not isinstance(root_rank, int) or not 0 <= root_rank < size():
-        raise ValueError(f"root_rank must be a rank in 0..{size() - 1}, not {root_rank!r}")
-    return root_rank
+    try:
+        root = operator.index(root_rank)
+    except TypeError:
+        raise TypeError(f"root_rank must be an int, not {type(root_rank).__name__}") from None
+    if not 0 <= root < size():
+        raise ValueError(f"root_rank must be a rank in 0..{size() - 1}, not {root}")
+    return root
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -528,7 +533,8 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
     _no_process_set(process_set)
     tensor = _check_tensor(tensor)
     buf, done = _in_place_buffer(tensor)
-    request = peer().broadcast_async(buf, _op_name("broadcast", name), _check_root(root_rank))
+    root = _check_root(root_rank)
+    request = peer().broadcast_async(buf, _op_name("broadcast", name), root)
     return _register([request], done)
 
 
@@ -647,7 +653,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
     by order (Horovod defaults to the object's type name, which other ranks may not know)."""
     _no_process_set(process_set)
     p = peer()
-    _check_root(root_rank)
+    root_rank = _check_root(root_rank)
     base = _op_name("broadcast_object", name)
     if p.rank == root_rank:
         data = _dumps(obj)
@@ -682,7 +688,7 @@ def broadcast_parameters(params: ParamsLike, root_rank: int) -> None:
         items = sorted(params.items())
     else:
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
-    _check_root(root_rank)
+    root_rank = _check_root(root_rank)
     handles = []
     with peer().group():
         for i, (name, tensor) in enumerate(items):
