@@ -5,6 +5,7 @@ import pytest
 
 def _collectives():
     # Runs on every rank (see peers.run_peers): RANK, SIZE, emit are defined.
+    import time
     import torch
     import taiji.torch.horovod as hvd
 
@@ -48,8 +49,10 @@ def _collectives():
     h1 = hvd.allreduce_async(x, name="async", op=hvd.Sum)
     y = x.clone()
     h2 = hvd.allreduce_async_(y, name="async_", op=hvd.Sum)
+    deadline = time.monotonic() + 30
     while not (hvd.poll(h1) and hvd.poll(h2)):
-        pass
+        assert time.monotonic() < deadline, "poll never saw the ops complete"
+        time.sleep(0.001)
     same(hvd.synchronize(h1), ref, "allreduce_async")
     assert hvd.synchronize(h2) is y
     same(y, ref, "allreduce_async_")
