@@ -128,3 +128,19 @@ def _p2p_is_stub():
 def test_send_recv(run_peers):
     results = run_peers(_send_recv, 2, timeout=60)
     assert results[1].results[0] == [[0.0, 2.0, 4.0, 6.0, 8.0], [0.0, 3.0, 6.0, 9.0, 12.0]]
+
+
+def test_ddp_digits_example_reaches_its_accuracy():
+    launcher = REPO / "build" / "tools" / "taiji-run"
+    if not launcher.exists():
+        pytest.skip("build/tools/taiji-run is not built")
+    proc = subprocess.run([str(launcher), "-np", "4", "--timeout", "150", "--no-tag", PYTHON,
+                           str(REPO / "examples" / "ddp_digits.py"), "--json",
+                           "--hook", "grad_stats"],
+                          env=_env(), capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
+    assert {r["accuracy"] for r in results} == {results[0]["accuracy"]}
+    assert results[0]["accuracy"] >= 0.9
+    assert all(r["noise_scale"] > 0 and r["snr"] > 0 for r in results)
