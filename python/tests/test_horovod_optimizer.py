@@ -180,8 +180,11 @@ def _distributed_optimizer():
         loss(m, *data(RANK, step, 0)).backward()
         opt.step()
     read = stats.read()
-    assert read["steps"] == 3, read
-    assert read["global_sq_norm"] > 0, read
+    if SIZE > 1:
+        assert read["steps"] == 3, read
+        assert read["global_sq_norm"] > 0, read
+    else:  # one rank: nothing to reduce, hence no hooks (as in Horovod), and no statistics
+        assert read["state"] == "single_peer", read
     for bad in (dict(op=hvd.Adasum), dict(backward_passes_per_step=0),
                 dict(op=hvd.Min, grad_stats=stats)):
         try:
@@ -195,9 +198,10 @@ def _distributed_optimizer():
     emit("ok")
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_distributed_optimizer_matches_a_single_process_replay(run_peers, n):
-    results = run_peers(_distributed_optimizer, n, timeout=120)
+@pytest.mark.parametrize("n,fusion", [(1, "off"), (2, "off"), (3, "off"), (2, "on")])
+def test_distributed_optimizer_matches_a_single_process_replay(run_peers, n, fusion):
+    # With 2 ranks a sum has one addition, so the runtime's fusion cannot change its bits.
+    results = run_peers(_distributed_optimizer, n, timeout=120, env={"TAIJI_FUSION": fusion})
     assert [r.results for r in results] == [["ok"]] * n
 
 
