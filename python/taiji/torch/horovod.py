@@ -156,7 +156,10 @@ def _env_int(*names: str) -> Optional[int]:
     for name in names:
         text = os.environ.get(name)
         if text:
-            return int(text)
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"{name}={text!r} is not an integer") from None
     return None
 
 
