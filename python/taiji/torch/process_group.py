@@ -101,6 +101,7 @@ class WorkTaiji(c10d.Work):
         self._lock = threading.Lock()
         self._remaining = len(requests)
         self._completed = False
+        self._finished = threading.Event()  # set once outputs are final
         self._exception: Optional[BaseException] = None
         group._keep(self)
         if not requests:
@@ -123,9 +124,12 @@ class WorkTaiji(c10d.Work):
 
     def _complete(self, error: Optional[BaseException]) -> None:
         with self._lock:
-            if self._completed:
-                return
+            first = not self._completed
             self._completed = True
+        if not first:
+            # The other thread may still be copying outputs: they are final only then.
+            self._finished.wait()
+            return
         if error is None and self._finish is not None:
             try:
                 self._finish()
@@ -134,6 +138,8 @@ class WorkTaiji(c10d.Work):
         self._exception = error
         self._requests = []
         self._finish = None
+        # Before the future: its callbacks run inline and may wait on this Work.
+        self._finished.set()
         if error is not None:
             self._future.set_exception(error)
         else:
@@ -164,10 +170,10 @@ class WorkTaiji(c10d.Work):
         return self._future
 
     def is_completed(self) -> bool:
-        return self._completed
+        return self._finished.is_set()
 
     def is_success(self) -> bool:
-        return self._completed and self._exception is None
+        return self._finished.is_set() and self._exception is None
 
     def exception(self) -> Optional[BaseException]:
         return self._exception
