@@ -186,3 +186,40 @@ def test_ddp_and_collectives_match_gloo(run_peers, n):
     for r in results:
         assert r["mismatch"] == "Mismatch", r.get("mismatch_text")
         assert r["mismatch_s"] < 30
+
+
+def _timeout_case():
+    import datetime
+    import time
+    import torch
+    import torch.distributed as dist
+    import taiji
+    import taiji.torch
+    dist.init_process_group("taiji", timeout=datetime.timedelta(seconds=3))
+    out = {}
+    if RANK == 0:  # rank 1 never posts this one
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(2))
+            out["error"] = None
+        except taiji.Timeout as exc:
+            out["error"], out["text"] = "Timeout", str(exc)
+        out["seconds"] = time.monotonic() - start
+        w = dist.broadcast(torch.ones(1), src=0, async_op=True)  # the async path too
+        try:
+            w.wait()
+        except taiji.Timeout:
+            out["async"] = "Timeout"
+    else:
+        time.sleep(7)
+    dist.barrier()  # the group is still usable
+    emit(out)
+    dist.destroy_process_group()
+
+
+def test_a_rank_that_never_posts_times_out(run_peers):
+    first = run_peers(_timeout_case, 2, timeout=60)[0].results[0]  # rank 0's view
+    assert first["error"] == "Timeout", first
+    assert "rank(s) 1" in first["text"], first["text"]
+    assert 2.5 < first["seconds"] < 20
+    assert first["async"] == "Timeout"

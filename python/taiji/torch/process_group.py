@@ -155,10 +155,10 @@ class WorkTaiji(c10d.Work):
         try:
             for request in requests:
                 request.wait(None if seconds <= 0 else seconds)
-        except TimeoutError as exc:
-            raise RuntimeError(f"taiji backend: {exc}") from None
-        except taiji.TaijiError as exc:
+        except taiji.TaijiError as exc:  # first: taiji.Timeout is also a TimeoutError
             self._complete(exc)
+        except TimeoutError as exc:  # the caller's timeout passed; the op goes on
+            raise RuntimeError(f"taiji backend: {exc}") from None
         # Completing here, not only on the callback thread, lets a wait made from a chain
         # that runs on that thread finish instead of waiting for itself.
         self._complete(None)
@@ -446,9 +446,10 @@ def create_process_group(store: Any, rank: int, size: int,
 
 
 def _close_all() -> None:
-    # Subgroups before the world group: each is its own job, but the world's rank 0 may
-    # serve nothing the others need by then.
-    for group in sorted(list(_live_groups), key=lambda g: -len(g._works)):
+    """At exit: the groups never destroyed, subgroups before the world group."""
+    import torch.distributed.distributed_c10d as c10d_py
+    world = c10d_py.GroupMember.WORLD
+    for group in sorted(list(_live_groups), key=lambda g: g is world):
         group.close()
     while _adoptable:
         _adoptable.pop().close()
