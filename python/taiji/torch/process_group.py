@@ -55,8 +55,10 @@ _REDUCE_OPS = {
 }
 
 # Completed works kept referenced, per group: C++ (broadcast_coalesced, DDP) may wait on a
-# Work well after it completed, and must still find its Python half.
-_RECENT_WORKS = 4096
+# Work after it completed, and must still find its Python half. Each keeps its outputs
+# alive through its future, so the window is bounded: a few hundred ops is far more than
+# C++ keeps between a post and its wait.
+_RECENT_WORKS = 256
 
 
 def _taiji_op(op: Any) -> int:
