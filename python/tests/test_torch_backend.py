@@ -15,7 +15,7 @@ def _ddp_checks():
     import time
     import torch
     import torch.distributed as dist
-    import taiji.torch
+    import taiji.torch  # noqa: F401  (registers the "taiji" backend)
     from taiji.torch import hooks
 
     def model():
@@ -194,7 +194,7 @@ def _timeout_case():
     import torch
     import torch.distributed as dist
     import taiji
-    import taiji.torch
+    import taiji.torch  # noqa: F401  (registers the "taiji" backend)
     dist.init_process_group("taiji", timeout=datetime.timedelta(seconds=3))
     out = {}
     if RANK == 0:  # rank 1 never posts this one

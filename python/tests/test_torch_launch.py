@@ -3,7 +3,6 @@ while the C side is a stub); a process that never destroys its group exits clean
 import json
 import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,7 +12,7 @@ from peers import LIBRARY, PYTHON, REPO, free_port
 _DDP_SCRIPT = textwrap.dedent('''
     import hashlib, json, os
     import torch, torch.distributed as dist
-    import taiji.torch
+    import taiji.torch  # noqa: F401  (registers the "taiji" backend)
     dist.init_process_group("taiji")
     rank = dist.get_rank()
     torch.manual_seed(0)
@@ -97,7 +96,7 @@ def test_taiji_run_and_exit_without_destroy(script):
 def _send_recv():
     import torch
     import torch.distributed as dist
-    import taiji.torch
+    import taiji.torch  # noqa: F401  (registers the "taiji" backend)
     dist.init_process_group("taiji")
     t = torch.arange(5, dtype=torch.float32)
     if RANK == 0:
