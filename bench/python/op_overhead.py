@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-import taiji.torch  # noqa: F401  (registers the "taiji" backend)
+import taiji.torch  # registers the "taiji" backend
 
 
 def timed(fn, iters, rounds):
@@ -43,7 +43,7 @@ def main():
     dist.init_process_group("taiji")
     size = dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
-    peer = dist.distributed_c10d._get_default_group().peer
+    peer = taiji.torch.peer_of()
     table = {}
     for label, count in (("4 B", 1), ("1 MiB", 1 << 18)):
         arr = np.ones(count, dtype=np.float32)

@@ -95,7 +95,7 @@ def main():
     dist.init_process_group("taiji")
     rank, size = dist.get_rank(), dist.get_world_size()
     gloo_group = dist.new_group(backend="gloo")
-    hvd.init(peer=dist.distributed_c10d._get_default_group().peer)
+    hvd.init(peer=hvd.peer_of())  # one taiji job: the default group's
     shards = data(rank, size)
     modes = args.modes.split(",")
     rates = {m: [] for m in modes}

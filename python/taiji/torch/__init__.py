@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import process_group as _process_group
 from .launch import install_env_rendezvous as _install_env_rendezvous
-from .process_group import BACKEND_NAME, ProcessGroupTaiji, WorkTaiji
+from .process_group import BACKEND_NAME, ProcessGroupTaiji, WorkTaiji, peer_of
 
 _process_group._register()
 _install_env_rendezvous()
@@ -19,4 +19,4 @@ from . import hooks  # noqa: E402  (after the backend exists)
 from .horovod import *  # noqa: E402,F401,F403
 from .horovod import __all__ as _horovod_all  # noqa: E402
 
-__all__ = ["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "hooks"] + list(_horovod_all)
+__all__ = ["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "peer_of", "hooks"] + list(_horovod_all)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 import taiji
 
-from .process_group import ProcessGroupTaiji
+from .process_group import peer_of as _peer_of
 
 __all__ = ["allreduce_hook", "grad_stats_hook", "GradStatsState", "TaijiHookState"]
 
@@ -41,13 +41,6 @@ class TaijiHookState:
         if self.peer is not None:
             return self.peer
         return _peer_of(self.process_group)
-
-
-def _peer_of(group: Optional[Any]) -> taiji.Peer:
-    pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    if not isinstance(pg, ProcessGroupTaiji) or pg.peer is None:
-        raise RuntimeError("taiji hooks need a live 'taiji' process group or state.peer")
-    return pg.peer
 
 
 def _future_of(request: taiji.Request, value: torch.Tensor,

@@ -38,7 +38,8 @@ from torch._C import _distributed_c10d as c10d
 
 import taiji
 
-__all__ = ["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "create_process_group"]
+__all__ = ["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "create_process_group",
+           "peer_of"]
 
 BACKEND_NAME = "taiji"
 
@@ -420,6 +421,15 @@ class ProcessGroupTaiji(c10d.ProcessGroup):
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> WorkTaiji:
         raise RuntimeError("taiji backend: recv from any source is not supported "
                            "(taiji matches a recv by its sender)")
+
+
+def peer_of(group: Optional[Any] = None) -> taiji.Peer:
+    """The taiji peer of a "taiji" process group (None: the default group), to use the
+    core or the Horovod-style API on the same ranks: ``hvd.init(peer=peer_of())``."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ProcessGroupTaiji) or pg.peer is None:
+        raise RuntimeError("taiji backend: not a live 'taiji' process group")
+    return pg.peer
 
 
 def _copier(copies: List[Any]) -> Optional[Callable[[], None]]:
