@@ -66,6 +66,10 @@ def _ddp_checks():
     v = torch.full((5,), float(RANK * 2), dtype=torch.float64)
     dist.all_reduce(v, op=dist.ReduceOp.AVG)
     assert v.tolist() == [float(SIZE - 1)] * 5
+    for half in (torch.float16, torch.bfloat16):  # exact: small integers
+        h = torch.full((4,), float(RANK + 1), dtype=half)
+        dist.all_reduce(h)
+        assert h.dtype == half and h.tolist() == [SIZE * (SIZE + 1) / 2] * 4
     i64 = torch.full((2,), RANK + 1, dtype=torch.int64)
     dist.all_reduce(i64)
     assert i64.tolist() == [SIZE * (SIZE + 1) // 2] * 2
