@@ -1,0 +1,22 @@
+"""taiji for PyTorch.
+
+Importing this package registers the torch.distributed backend ``"taiji"``
+(:class:`ProcessGroupTaiji`), so ``dist.init_process_group("taiji")`` works under
+``taiji-run`` and under ``torchrun``; :mod:`taiji.torch.hooks` has DDP comm hooks. The
+Horovod-style API (``init``, ``allreduce``, ``DistributedOptimizer``, ...) lives here too:
+``import taiji.torch as hvd``. See docs/python-torch.md and docs/python-horovod.md.
+"""
+from __future__ import annotations
+
+from . import process_group as _process_group
+from .launch import install_env_rendezvous as _install_env_rendezvous
+from .process_group import BACKEND_NAME, ProcessGroupTaiji, WorkTaiji, peer_of
+
+_process_group._register()
+_install_env_rendezvous()
+
+from . import hooks  # noqa: E402  (after the backend exists)
+from .horovod import *  # noqa: E402,F401,F403
+from .horovod import __all__ as _horovod_all  # noqa: E402
+
+__all__ = ["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "peer_of", "hooks"] + list(_horovod_all)
