@@ -1,24 +1,7 @@
-"""send/recv and split. The C side may still be a stub returning TAIJI_ERR_UNSUPPORTED:
-then these are skipped, and they run for real once it lands."""
+"""send/recv and split from Python, on real peers."""
 import numpy as np
-import pytest
 
 import taiji
-
-
-def _unsupported(probe) -> bool:
-    with taiji.Peer(rank=0, size=1, job_id="probe") as p:
-        try:
-            probe(p)
-        except taiji.Unsupported:
-            return True
-        except taiji.TaijiError:
-            return False
-    return False
-
-
-P2P_STUB = _unsupported(lambda p: p.send(np.zeros(1, np.float32), "probe", 0))
-SPLIT_STUB = _unsupported(lambda p: p.split(0))
 
 
 def p2p():
@@ -75,25 +58,12 @@ def split():
     emit(failures)
 
 
-@pytest.mark.skipif(P2P_STUB, reason="taiji_send/recv return TAIJI_ERR_UNSUPPORTED here")
 def test_send_recv_ring_every_dtype(run_peers):
     for r in run_peers(p2p, 3, timeout=90):
         assert r.results == [[]], (r.rank, r.results, r.stderr)
 
 
-@pytest.mark.skipif(SPLIT_STUB, reason="taiji_peer_split returns TAIJI_ERR_UNSUPPORTED here")
 def test_split_by_color_and_key(run_peers):
     for r in run_peers(split, 4, timeout=90):
         assert r.results == [[]], (r.rank, r.results, r.stderr)
 
-
-def test_stubs_raise_unsupported_with_their_name():
-    if not (P2P_STUB or SPLIT_STUB):
-        pytest.skip("send/recv and split are implemented")
-    with taiji.Peer(rank=0, size=1, job_id="probe") as p:
-        with pytest.raises(taiji.Unsupported) as info:
-            if P2P_STUB:
-                p.recv(np.zeros(1, np.float32), "probe", 0)
-            else:
-                p.split(0)
-        assert info.value.status_name == "TAIJI_ERR_UNSUPPORTED"
