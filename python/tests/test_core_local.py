@@ -1,5 +1,6 @@
 """One-process checks: library lookup, types, errors, topologies, argument checking."""
 import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -112,3 +113,24 @@ def test_config_errors_are_raised_with_their_text():
     assert "TAIJI_NO_SUCH_SETTING" in str(info.value)
     with pytest.raises(TypeError):
         taiji.Peer(rank="0", size=1)
+
+
+def test_pip_installs_the_package_without_network(tmp_path):
+    # From a copy: setuptools writes its build directory next to the sources.
+    source = tmp_path / "python"
+    shutil.copytree(peers.REPO / "python", source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests"))
+    target = tmp_path / "site"
+    out = subprocess.run([peers.PYTHON, "-m", "pip", "install", "--quiet", "--no-build-isolation",
+                          "--no-deps", "--no-index", "--target", str(target), str(source)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (target / "taiji" / "torch" / "process_group.py").is_file()
+    code = ("import taiji, numpy as np; assert taiji.__file__.startswith(%r)\n"
+            "with taiji.Peer(rank=0, size=1, job_id='pip') as p:\n"
+            "    print(p.allreduce(np.ones(2, np.float32), 'x').tolist())" % str(target))
+    env = dict(os.environ, PYTHONPATH=str(target))
+    ran = subprocess.run([peers.PYTHON, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=30, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[1.0, 1.0]"
