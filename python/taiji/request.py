@@ -42,6 +42,15 @@ class Request:
     def _disarm(self) -> None:
         _dispatch.unregister(self._id)  # the post failed: C never calls back
 
+    def _c_completed_quietly(self, status: int) -> bool:
+        """On taiji's I/O thread: records the completion if no callback waits for it."""
+        with self._lock:
+            if self._callbacks:
+                return False
+            self._c_status = status
+            self._fired = True
+            return True
+
     def _c_completed(self, status: int) -> None:
         with self._lock:
             self._c_status = status
@@ -118,10 +127,13 @@ class Request:
         handle = getattr(self, "_handle", None)
         if handle is None or not handle.value:
             return
-        self._handle = ctypes.c_void_p()
-        if _lib._lib is None:
-            return
-        if _dispatch.on_python_thread():
-            _lib._lib.taiji_request_free(handle)
-        else:  # collected on taiji's I/O thread: free it from ours instead
-            _dispatch.post(lambda: _lib._lib.taiji_request_free(handle))
+        self._handle = None
+        try:
+            if _lib._lib is None:
+                return
+            if _dispatch.on_python_thread():
+                _lib._lib.taiji_request_free(handle)
+            else:  # collected on taiji's I/O thread: free it from ours instead
+                _dispatch.post(lambda: _lib._lib.taiji_request_free(handle))
+        except (AttributeError, TypeError):
+            pass  # the interpreter is exiting: module globals are gone, and so is the peer
