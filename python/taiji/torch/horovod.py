@@ -24,10 +24,9 @@ from __future__ import annotations
 import itertools
 import operator
 import os
-import pickle
 import socket
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -48,101 +47,9 @@ __all__ = [
     "allgather_object", "set_topology", "DistributedOptimizer",
 ]
 
-# ---- reduction operators ------------------------------------------------------------
-
-# Horovod's operators are module constants compared by identity; ours carry taiji's value.
-class _ReduceOp:
-    def __init__(self, name: str, value: Optional[int]):
-        self.name = name
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"taiji.torch.{self.name}"
-
-
-Average = _ReduceOp("Average", taiji.AVG)
-Sum = _ReduceOp("Sum", taiji.SUM)
-Min = _ReduceOp("Min", taiji.MIN)
-Max = _ReduceOp("Max", taiji.MAX)
-Product = _ReduceOp("Product", taiji.PROD)
-# Kept so that scripts naming it import; using it raises (see _taiji_op).
-Adasum = _ReduceOp("Adasum", None)
-
-# A failed collective raises taiji.TaijiError (or its subclass for the status); Horovod's
-# name for it is kept so `except hvd.HorovodInternalError` keeps working.
-HorovodInternalError = taiji.TaijiError
-
-
-def _taiji_op(op: Optional[_ReduceOp], average: Optional[bool] = None) -> int:
-    if average is not None:
-        if op is not None:
-            raise ValueError("pass either op or the deprecated average, not both")
-        op = Average if average else Sum
-    if op is None:
-        op = Average
-    if op is Adasum:
-        raise NotImplementedError("Adasum is not supported by taiji; use Average or Sum")
-    if not isinstance(op, _ReduceOp):
-        raise TypeError(f"op must be one of Average, Sum, Min, Max, Product, not {op!r}")
-    return op.value
-
-
-# ---- compression --------------------------------------------------------------------
-
-class Compressor:
-    """Compresses a tensor before its allreduce and restores it after (Horovod's interface)."""
-
-    @staticmethod
-    def compress(tensor: torch.Tensor) -> Tuple[torch.Tensor, Any]:
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """No compression (the default)."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-def _cast_compressor(name: str, wire: torch.dtype):
-    class _Cast(Compressor):
-        __doc__ = (f"Floating-point tensors travel as {name}; taiji reduces them in f32 and "
-                   "rounds each step back to nearest-even. Other tensors pass unchanged.")
-
-        @staticmethod
-        def compress(tensor):
-            if tensor.dtype.is_floating_point and tensor.dtype != wire:
-                return tensor.to(wire), tensor.dtype
-            return tensor, None
-
-        @staticmethod
-        def decompress(tensor, ctx):
-            return tensor if ctx is None else tensor.to(ctx)
-
-    _Cast.__name__ = _Cast.__qualname__ = f"{name.upper()}Compressor"
-    return _Cast
-
-
-FP16Compressor = _cast_compressor("fp16", torch.float16)
-BF16Compressor = _cast_compressor("bf16", torch.bfloat16)
-
-
-class Compression:
-    """Gradient compression for allreduce: ``none`` (default), ``fp16``, ``bf16``."""
-
-    none = NoneCompressor
-    fp16 = FP16Compressor
-    bf16 = BF16Compressor
-
+from .horovod_ops import (  # noqa: E402,F401  (Horovod's names live here too)
+    Adasum, Average, BF16Compressor, Compression, Compressor, FP16Compressor,
+    HorovodInternalError, Max, Min, NoneCompressor, Product, Sum, _ReduceOp, _taiji_op)
 
 # ---- the process-wide peer ----------------------------------------------------------
 
@@ -638,83 +545,6 @@ def barrier(process_set: Any = None) -> None:
     peer().barrier("barrier")
 
 
-# ---- objects, parameters, optimizer state ------------------------------------------
-
-def _dumps(obj: Any) -> torch.Tensor:
-    return torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)),
-                            dtype=torch.uint8)
-
-
-def _loads(data: torch.Tensor) -> Any:
-    return pickle.loads(data.numpy().tobytes())
-
-
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
-                     process_set: Any = None) -> Any:
-    """Returns root_rank's ``obj`` on every rank (pickled; Horovod uses cloudpickle, so
-    lambdas and local classes do not travel here). Without ``name`` the calls are matched
-    by order (Horovod defaults to the object's type name, which other ranks may not know)."""
-    _no_process_set(process_set)
-    p = peer()
-    root_rank = _check_root(root_rank)
-    base = _op_name("broadcast_object", name)
-    if p.rank == root_rank:
-        data = _dumps(obj)
-        length = torch.tensor([data.numel()], dtype=torch.int64)
-    else:
-        length = torch.zeros(1, dtype=torch.int64)
-    p.broadcast(length, base + ".len", root_rank)
-    if p.rank != root_rank:
-        data = torch.empty(int(length[0]), dtype=torch.uint8)
-    p.broadcast(data, base, root_rank)
-    return obj if p.rank == root_rank else _loads(data)
-
-
-def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
-    """Returns the list of every rank's ``obj`` in rank order (pickled; without ``name``
-    the calls are matched by order)."""
-    gathered, rows = _allgather_padded(_dumps(obj), _op_name("allgather_object", name))
-    return [_loads(gathered[r, : rows[r]]) for r in range(len(rows))]
-
-
-ParamsLike = Union[Dict[str, torch.Tensor], Iterable[Union[torch.Tensor,
-                                                           Tuple[str, torch.Tensor]]]]
-
-
-def broadcast_parameters(params: ParamsLike, root_rank: int) -> None:
-    """Overwrites every rank's parameters with root_rank's, bitwise, in place.
-
-    ``params``: ``model.state_dict()``, ``model.named_parameters()`` or
-    ``model.parameters()`` (unnamed ones are matched by their order). All broadcasts are
-    posted as one group, then waited for."""
-    if isinstance(params, dict):
-        items = sorted(params.items())
-    else:
-        items = [p if isinstance(p, tuple) else (None, p) for p in params]
-    root_rank = _check_root(root_rank)
-    handles = []
-    with peer().group():
-        for i, (name, tensor) in enumerate(items):
-            handles.append(broadcast_async_(tensor, root_rank,
-                                            f"param.{name}" if name else f"param.#{i}"))
-    for h in handles:
-        synchronize(h)
-
-
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
-                              model: Any = None) -> None:
-    """Makes every rank's optimizer state (moments, step counts, learning rates) root_rank's.
-
-    Differs from Horovod in how: root's whole ``state_dict()`` is broadcast as one pickled
-    object and loaded with ``load_state_dict`` on the other ranks, so the result is bitwise
-    root's and ranks whose optimizer has not stepped yet need no dummy step (Horovod's
-    in-place broadcast needs every rank to hold state of the same shapes). ``model`` is
-    accepted for Horovod compatibility and not needed."""
-    state = broadcast_object(optimizer.state_dict(), root_rank, name="optimizer_state")
-    if rank() != root_rank:
-        optimizer.load_state_dict(state)
-
-
 def set_topology(topology: Any) -> None:
     """Switches the topology that later ops run on (taiji only; a collective: every rank
     calls it at the same point). ``topology``: a ``taiji.Topology``, a built-in name
@@ -738,3 +568,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         groups=groups, sparse_as_dense=sparse_as_dense, process_set=process_set,
         grad_stats=grad_stats,
         bucket_bytes=impl.DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes)
+
+
+# After everything they use is defined: they call back into this module.
+from .horovod_state import (  # noqa: E402,F401
+    ParamsLike, allgather_object, broadcast_object, broadcast_optimizer_state,
+    broadcast_parameters)
