@@ -52,6 +52,10 @@ taiji::Status read_options(const taiji_op_options_t* options, taiji_op_options_t
 taiji_status_t apply_options(taiji_peer_t* peer, const taiji_op_options_t* options, bool blocking,
                              taiji::PostArgs* args);
 using Posted = taiji::Result<std::shared_ptr<taiji::RequestState>>;
+// Applies the options to args (checked first) and posts the op, with its gradient
+// statistics when it has some (allreduce only); finishes as finish_post does.
+taiji_status_t post(taiji_peer_t* peer, taiji::PostArgs args, const taiji_op_options_t* options,
+                    taiji_request_t** request);
 // Hands the request to the caller, or waits for it when the caller passed none.
 taiji_status_t finish_post(taiji_peer_t* peer, const Posted& posted,
                            std::unique_ptr<taiji_request> handle, taiji_request_t** request);

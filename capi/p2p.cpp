@@ -15,6 +15,7 @@ taiji_status_t post_p2p(taiji_peer_t* peer, taiji::OpKind kind, const char* name
   if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
   if (name == nullptr) return invalid(peer, "name is NULL");
   if (!taiji::valid_dtype(static_cast<uint32_t>(dtype))) return invalid(peer, "unknown dtype");
+  // Copying the name may throw: no exception leaves for C.
   return guarded(peer, [&]() -> taiji_status_t {
     taiji::PostArgs args;
     args.kind = kind;
@@ -24,14 +25,7 @@ taiji_status_t post_p2p(taiji_peer_t* peer, taiji::OpKind kind, const char* name
     args.count = count;
     args.dtype = static_cast<taiji::DType>(dtype);
     args.peer = other;
-    taiji_status_t s = apply_options(peer, options, request == nullptr, &args);
-    if (s != TAIJI_OK) return s;
-    taiji_op_options_t opt;
-    read_options(options, &opt);  // checked by apply_options
-    if (opt.grad_stats != nullptr) return invalid(peer, "options.grad_stats is for allreduce only");
-    // The pair exchanges the buffer directly: there is no graph to choose.
-    args.topology.clear();
-    return post_and_finish(peer, request, [&] { return peer->impl->post(std::move(args)); });
+    return post(peer, std::move(args), options, request);
   });
 }
 

@@ -78,7 +78,8 @@ taiji_status_t apply_options(taiji_peer_t* peer, const taiji_op_options_t* optio
   }
   args->version = opt.version;
   args->timeout_ms = opt.timeout_ms;
-  if (opt.topology != nullptr) args->topology = opt.topology;
+  // A send or recv has no graph to choose: the pair exchanges the buffer directly.
+  if (opt.topology != nullptr && !taiji::op_kind_p2p(args->kind)) args->topology = opt.topology;
   if (opt.callback != nullptr) {
     taiji_callback_t cb = opt.callback;
     void* user_data = opt.user_data;
@@ -102,12 +103,6 @@ taiji_status_t finish_post(taiji_peer_t* peer, const Posted& posted,
   return record(peer, result);
 }
 
-}  // namespace taiji_capi
-
-namespace {
-
-using namespace taiji_capi;
-
 taiji_status_t post(taiji_peer_t* peer, taiji::PostArgs args, const taiji_op_options_t* options,
                     taiji_request_t** request) {
   if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
@@ -125,6 +120,12 @@ taiji_status_t post(taiji_peer_t* peer, taiji::PostArgs args, const taiji_op_opt
   });
 }
 
+}  // namespace taiji_capi
+
+namespace {
+
+using namespace taiji_capi;
+
 taiji_status_t post_typed(taiji_peer_t* peer, taiji::OpKind kind, const char* name,
                           const void* sendbuf, void* recvbuf, size_t count, taiji_dtype_t dtype,
                           taiji_reduce_op_t op, int root, const taiji_op_options_t* options,
@@ -133,16 +134,19 @@ taiji_status_t post_typed(taiji_peer_t* peer, taiji::OpKind kind, const char* na
   if (name == nullptr) return invalid(peer, "name is NULL");
   if (!taiji::valid_dtype(static_cast<uint32_t>(dtype))) return invalid(peer, "unknown dtype");
   if (!taiji::valid_redop(static_cast<uint32_t>(op))) return invalid(peer, "unknown reduce op");
-  taiji::PostArgs args;
-  args.kind = kind;
-  args.name = name;
-  args.send = sendbuf;
-  args.recv = recvbuf;
-  args.count = count;
-  args.dtype = static_cast<taiji::DType>(dtype);
-  args.redop = static_cast<taiji::RedOp>(op);
-  args.root = root;
-  return post(peer, std::move(args), options, request);
+  // Copying the name may throw: no exception leaves for C.
+  return guarded(peer, [&]() -> taiji_status_t {
+    taiji::PostArgs args;
+    args.kind = kind;
+    args.name = name;
+    args.send = sendbuf;
+    args.recv = recvbuf;
+    args.count = count;
+    args.dtype = static_cast<taiji::DType>(dtype);
+    args.redop = static_cast<taiji::RedOp>(op);
+    args.root = root;
+    return post(peer, std::move(args), options, request);
+  });
 }
 
 }  // namespace
