@@ -134,19 +134,16 @@ taiji_status_t post_typed(taiji_peer_t* peer, taiji::OpKind kind, const char* na
   if (name == nullptr) return invalid(peer, "name is NULL");
   if (!taiji::valid_dtype(static_cast<uint32_t>(dtype))) return invalid(peer, "unknown dtype");
   if (!taiji::valid_redop(static_cast<uint32_t>(op))) return invalid(peer, "unknown reduce op");
-  // Copying the name may throw: no exception leaves for C.
-  return guarded(peer, [&]() -> taiji_status_t {
-    taiji::PostArgs args;
-    args.kind = kind;
-    args.name = name;
-    args.send = sendbuf;
-    args.recv = recvbuf;
-    args.count = count;
-    args.dtype = static_cast<taiji::DType>(dtype);
-    args.redop = static_cast<taiji::RedOp>(op);
-    args.root = root;
-    return post(peer, std::move(args), options, request);
-  });
+  taiji::PostArgs args;
+  args.kind = kind;
+  args.name = name;
+  args.send = sendbuf;
+  args.recv = recvbuf;
+  args.count = count;
+  args.dtype = static_cast<taiji::DType>(dtype);
+  args.redop = static_cast<taiji::RedOp>(op);
+  args.root = root;
+  return post(peer, std::move(args), options, request);
 }
 
 }  // namespace
