@@ -15,15 +15,17 @@ taiji_status_t post_p2p(taiji_peer_t* peer, taiji::OpKind kind, const char* name
   if (peer == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
   if (name == nullptr) return invalid(peer, "name is NULL");
   if (!taiji::valid_dtype(static_cast<uint32_t>(dtype))) return invalid(peer, "unknown dtype");
-  // Copying the name may throw: no exception leaves for C.
-  return guarded(peer, [&]() -> taiji_status_t {
+  // Copying the name may throw: no exception leaves for C. The dtype goes in by value: a
+  // parameter captured by reference is read back from memory, where UBSan checks an
+  // enum's range, and the invalid values the check above refuses would trip it.
+  return guarded(peer, [&, dt = static_cast<taiji::DType>(static_cast<uint32_t>(dtype))]() -> taiji_status_t {
     taiji::PostArgs args;
     args.kind = kind;
     args.name = name;
     args.send = send;
     args.recv = recv;
     args.count = count;
-    args.dtype = static_cast<taiji::DType>(dtype);
+    args.dtype = dt;
     args.peer = other;
     return post(peer, std::move(args), options, request);
   });
