@@ -70,6 +70,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_master_port() -> int:
+    """A MASTER_PORT whose next port is free too: taiji's rendezvous listens on
+    MASTER_PORT + 1, and an ephemeral port picked alone may have a busy neighbour."""
+    for _ in range(100):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            if port >= 65535:
+                continue
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free pair of adjacent ports on 127.0.0.1")
+
+
 def _script(body: Union[str, Callable[[], Any]]) -> str:
     if callable(body):
         source = textwrap.dedent(inspect.getsource(body))

@@ -233,13 +233,13 @@ print("ok")
 def test_init_reads_torchrun_variables(tmp_path):
     import os
     import subprocess
-    from peers import LIBRARY, PYTHON, REPO, free_port
+    from peers import LIBRARY, PYTHON, REPO, free_master_port
 
     script = tmp_path / "body.py"
     script.write_text(_TORCHRUN_BODY)
     base = {k: v for k, v in os.environ.items() if not k.startswith("TAIJI_")}
     base.update({"PYTHONPATH": str(REPO / "python"), "TAIJI_LIBRARY": LIBRARY,
-                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_master_port()),
                  "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
                  "TAIJI_JOB_ID": f"hvd-torchrun-{os.getpid()}"})
     procs = [subprocess.Popen([PYTHON, str(script)], cwd=tmp_path, text=True,

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from peers import LIBRARY, PYTHON, REPO, free_port
+from peers import LIBRARY, PYTHON, REPO, free_master_port
 
 _DDP_SCRIPT = textwrap.dedent('''
     import hashlib, json, os
@@ -73,7 +73,7 @@ def test_torchrun(script, tmp_path):
     # torch 1.13's "--redirects 0" (the default) parses to None under Python 3.11 (a zero
     # Flag member is not iterated) and torchrun fails: tee stdout to its log instead.
     cmd = [PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+           "--master_addr", "127.0.0.1", "--master_port", str(free_master_port()),
            "--redirects", "1", "--tee", "1", "--log_dir", str(tmp_path / "logs"),
            str(script)]
     results = _run(cmd, _env())
