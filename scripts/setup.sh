@@ -6,8 +6,10 @@ cd "$(dirname "$0")/.."
 
 # procps (pgrep) and iproute2 (ip, tc) are for the launcher and namespace-cluster tests;
 # abigail-tools (abidw, abidiff) for the ABI check; the python3-* ones for the Python
-# package, its tests and examples (Debian's /usr/bin/python3).
+# package, its tests and examples (Debian's /usr/bin/python3); libcurl for the etcd store
+# backend, and etcd-server, which its tests start on loopback.
 packages=(g++ pkg-config meson ninja-build python3 libuv1-dev libspdlog-dev libfmt-dev libssl-dev catch2
+  libcurl4-openssl-dev etcd-server
   procps iproute2 abigail-tools
   python3-numpy python3-torch python3-pytest python3-sklearn python3-pip python3-setuptools)
 missing=()
