@@ -4,6 +4,8 @@
 #include <chrono>
 #include <future>
 
+#include "bootstrap/etcd_store.h"
+#include "bootstrap/store_open.h"
 #include "monitor/log.h"
 #include "runtime/p2p_key.h"
 
@@ -111,7 +113,7 @@ Status Peer::rendezvous(const std::string& self, std::chrono::steady_clock::time
   std::vector<std::string> addresses(static_cast<size_t>(size));
   std::vector<std::string> labels(static_cast<size_t>(size), config_.host_label);
   if (size > 1) {
-    auto client = RendezvousClient::connect(config_.rendezvous, remaining_ms(deadline));
+    auto client = open_store(config_.rendezvous, remaining_ms(deadline));
     if (!client.is_ok()) return client.status();
     // Each peer publishes "address\nhost label": where to dial it, and whom it shares a host with.
     std::string prefix = config_.job_id + "/addr/";
@@ -148,6 +150,10 @@ Status Peer::bootstrap() {
   std::string self;
   if (size() > 1) {
     if (config_.host_rendezvous == 1) {
+      if (EtcdStore::is_etcd_address(config_.rendezvous)) {
+        return {Code::Config, "TAIJI_RENDEZVOUS_HOST=1, but the rendezvous store is etcd (" +
+                                  config_.rendezvous + "), which serves itself"};
+      }
       std::string host;
       uint16_t port = 0;
       Status s = parse_host_port(config_.rendezvous, &host, &port);

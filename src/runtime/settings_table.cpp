@@ -5,6 +5,7 @@
 #include <array>
 #include <limits>
 
+#include "bootstrap/etcd_store.h"
 #include "bootstrap/rendezvous.h"
 #include "monitor/http_server.h"
 #include "runtime/settings.h"
@@ -48,6 +49,7 @@ constexpr std::array<SettingWord, 7> kLogLevels = {
     {{"trace"}, {"debug"}, {"info"}, {"warn"}, {"error"}, {"critical"}, {"off"}}};
 
 std::string check_rendezvous(const std::string& value) {
+  if (EtcdStore::is_etcd_address(value)) return EtcdStore::check_address(value);
   std::string host;
   uint16_t port = 0;
   std::string why = split_host_port(value, false, &host, &port);
@@ -82,7 +84,10 @@ std::string check_congestion(const std::string& value) {
   return ok ? "" : "is not a name like cubic or bbr (lower-case letters, digits, '_'; at most 15)";
 }
 
-std::string rank_zero_hosts(const Config& c, const EnvLookup&) { return c.rank == 0 ? "1" : "0"; }
+// etcd serves its own store.
+std::string rank_zero_hosts(const Config& c, const EnvLookup&) {
+  return c.rank == 0 && !EtcdStore::is_etcd_address(c.rendezvous) ? "1" : "0";
+}
 
 std::string listen_host_label(const Config& c, const EnvLookup&) { return c.listen_host; }
 
@@ -111,7 +116,8 @@ const Setting kSettings[] = {
     {.name = "TAIJI_RENDEZVOUS", .field = "rendezvous", .type = T::String,
      .member = &Config::rendezvous, .check = check_rendezvous,
      .def_doc = "from `MASTER_ADDR`, else none",
-     .doc = "`host:port` (or `[ipv6]:port`) of the rendezvous store.",
+     .doc = "`host:port` (or `[ipv6]:port`) of the rendezvous store, or `etcd://HOST:PORT/PREFIX` "
+            "for an etcd v3 store (keys under `PREFIX/`).",
      .resolved_apart = true},
     {.name = "TAIJI_RENDEZVOUS_PORT", .field = "rendezvous_port", .type = T::Integer,
      .member = &Config::rendezvous_port, .unset = 0, .min = 1, .max = 65535,
