@@ -1,4 +1,5 @@
 #include "run_options.h"
+#include "bootstrap/etcd_store.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -28,6 +29,8 @@ const char kUsage[] =
     "  --self HOST       this host's entry in --hosts (also its TAIJI_LISTEN_HOST)\n"
     "  --port P          rendezvous port (default: 29400 with --hosts, any free port without)\n"
     "  --job-id ID       TAIJI_JOB_ID (default: job-<pid>-<time>)\n"
+    "  --store ADDR      meet in the etcd store etcd://HOST:PORT/PREFIX instead of serving\n"
+    "                    the rendezvous here (every host of a job names the same one)\n"
     "  --timeout SECS    stop the job after SECS seconds and exit with code 124\n"
     "  --no-tag          pass output lines through without the rank prefix\n"
     "  --secret          generate a random job secret for this job (single host): ranks get\n"
@@ -114,6 +117,11 @@ Options parse_run_options(int argc, char** argv) {
       std::string v = value(arg, "--port");
       if (!parse_int(v, 0, 65535, &n)) usage_error("bad --port '" + v + "'");
       o.port = static_cast<int>(n);
+    } else if (is(arg, "--store")) {
+      o.store = value(arg, "--store");
+      if (std::string why = taiji::EtcdStore::check_address(o.store); !why.empty()) {
+        usage_error("bad --store '" + o.store + "': " + why);
+      }
     } else if (is(arg, "--job-id")) {
       o.job_id = value(arg, "--job-id");
       if (o.job_id.empty()) usage_error("--job-id must not be empty");
@@ -161,11 +169,13 @@ Options parse_run_options(int argc, char** argv) {
                   " ranks listed in --hosts");
     }
     o.np = static_cast<int>(sum);
+    if (o.port >= 0 && !o.store.empty()) usage_error("--port and --store exclude each other");
     if (o.port == 0) usage_error("--port must be 1..65535 with --hosts");
     if (o.port < 0) o.port = 29400;
   } else {
     if (!o.self.empty()) usage_error("--self needs --hosts");
     if (o.np < 1) usage_error("-np N is required");
+    if (o.port >= 0 && !o.store.empty()) usage_error("--port and --store exclude each other");
     if (o.port < 0) o.port = 0;
   }
   return o;

@@ -17,6 +17,7 @@ struct Options {
   std::string self;
   int port = -1;
   std::string job_id;
+  std::string store;              // --store: an etcd store instead of the one served here
   double timeout_s = 0;
   bool tag = true;
   bool generate_secret = false;  // --secret: a fresh job secret (single host)

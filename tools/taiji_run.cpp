@@ -380,6 +380,7 @@ int Launcher::run() {
       first_rank += h.count;
     }
   }
+  if (!opts_.store.empty()) serve = false;
   std::unique_ptr<taiji::RendezvousServer> server;
   uint16_t port = static_cast<uint16_t>(opts_.port);
   if (serve) {
@@ -394,7 +395,8 @@ int Launcher::run() {
 
   std::map<std::string, std::string> vars;
   vars["TAIJI_WORLD_SIZE"] = std::to_string(opts_.np);
-  vars["TAIJI_RENDEZVOUS"] = bracketed(rdv_host) + ":" + std::to_string(port);
+  vars["TAIJI_RENDEZVOUS"] =
+      opts_.store.empty() ? bracketed(rdv_host) + ":" + std::to_string(port) : opts_.store;
   vars["TAIJI_RENDEZVOUS_HOST"] = "0";
   vars["TAIJI_JOB_ID"] = !opts_.job_id.empty() ? opts_.job_id
                                                : "job-" + std::to_string(getpid()) + "-" +

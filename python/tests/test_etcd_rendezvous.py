@@ -86,3 +86,26 @@ def test_unreachable_etcd_fails_bootstrap_within_the_init_timeout():
         assert kind == "BootstrapError", (kind, text)
         assert address.split("/nobody")[0][len("etcd://"):] in text, text
         assert took < 5, took
+
+
+def test_taiji_run_with_an_etcd_store(etcd, tmp_path):
+    import os
+    from peers import LIBRARY, PYTHON, REPO
+    script = tmp_path / "body.py"
+    script.write_text(
+        "import os, numpy as np, taiji\n"
+        "assert os.environ['TAIJI_RENDEZVOUS'].startswith('etcd://')\n"
+        "with taiji.Peer() as p:\n"
+        "    out = p.allreduce(np.full(10, p.rank + 1, dtype=np.int64), name='x')\n"
+        "    print('sum', int(out[0]))\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), TAIJI_LIBRARY=LIBRARY)
+    run = subprocess.run(["taiji-run", "-np", "3", "--timeout", "60", "--store", f"{etcd}/launcher",
+                          PYTHON, str(script)], env=env, capture_output=True, text=True, timeout=90)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert sorted(line.split()[-2:] for line in run.stdout.splitlines()) == [["sum", "6"]] * 3, run.stdout
+    bad = subprocess.run(["taiji-run", "-np", "2", "--store", "etcd://nowhere", PYTHON, str(script)],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "bad --store 'etcd://nowhere'" in bad.stderr, bad.stderr
+    both = subprocess.run(["taiji-run", "-np", "2", "--port", "1234", "--store", f"{etcd}/x", PYTHON,
+                           str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert both.returncode == 2 and "exclude each other" in both.stderr, both.stderr
