@@ -217,10 +217,10 @@ std::string EtcdStore::check_address(const std::string& address) {
 
 Result<std::unique_ptr<EtcdStore>> EtcdStore::connect(const std::string& address, int64_t timeout_ms) {
   EtcdAddress parts;
-  if (std::string why = check_address(address); !why.empty()) {
-    return Status(Code::InvalidArgument, "etcd address '" + address + "': " + why);
+  if (std::string why = parse_address(address, &parts); !why.empty()) {
+    return Status(Code::InvalidArgument,
+                  "etcd address '" + address + "': " + why + " (expected etcd://HOST:PORT/PREFIX)");
   }
-  parse_address(address, &parts);
   const std::string& host_port = parts.host_port;
   const std::string& prefix = parts.prefix;
   global_init();
@@ -246,14 +246,6 @@ Result<std::unique_ptr<EtcdStore>> EtcdStore::connect(const std::string& address
 
 namespace {
 
-std::string oversized(const std::string& key, size_t value_bytes) {
-  if (key.size() > kRendezvousMaxKey) return "key longer than " + std::to_string(kRendezvousMaxKey) + " bytes";
-  if (value_bytes > kRendezvousMaxValue) {
-    return "value longer than " + std::to_string(kRendezvousMaxValue) + " bytes";
-  }
-  return {};
-}
-
 Status invalid(const char* what, const std::string& key, const std::string& why) {
   return Status(Code::InvalidArgument, std::string("etcd: ") + what + " '" + key.substr(0, 64) + "': " + why);
 }
@@ -261,14 +253,14 @@ Status invalid(const char* what, const std::string& key, const std::string& why)
 }  // namespace
 
 Status EtcdStore::set(const std::string& key, const std::string& value, int64_t timeout_ms) {
-  if (std::string why = oversized(key, value.size()); !why.empty()) return invalid("set", key, why);
+  if (std::string why = store_bounds_error(key, value.size()); !why.empty()) return invalid("set", key, why);
   auto reply = impl_->post("/v3/kv/put", "{" + impl_->key_json(key) + ",\"value\":\"" + base64(value) + "\"}",
                            timeout_ms, "set '" + key + "'");
   return reply.is_ok() ? Status() : reply.status();
 }
 
 Result<std::string> EtcdStore::get(const std::string& key, int64_t timeout_ms) {
-  if (std::string why = oversized(key, 0); !why.empty()) return invalid("get", key, why);
+  if (std::string why = store_bounds_error(key, 0); !why.empty()) return invalid("get", key, why);
   auto got = watch(key, std::nullopt, timeout_ms);
   if (!got.is_ok()) return got.status();
   if (!got.value()) return Status(Code::Bootstrap, impl_->where() + ": '" + key + "' vanished");
@@ -276,7 +268,7 @@ Result<std::string> EtcdStore::get(const std::string& key, int64_t timeout_ms) {
 }
 
 Result<int64_t> EtcdStore::add(const std::string& key, int64_t delta, int64_t timeout_ms) {
-  if (std::string why = oversized(key, 0); !why.empty()) return invalid("add", key, why);
+  if (std::string why = store_bounds_error(key, 0); !why.empty()) return invalid("add", key, why);
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
   auto seen = impl_->read(key, std::max<int64_t>(left_ms(deadline), 1));
   // Read, then write only if nobody wrote in between; a lost race reads again.
@@ -308,7 +300,8 @@ Result<int64_t> EtcdStore::add(const std::string& key, int64_t delta, int64_t ti
 
 Result<CasResult> EtcdStore::compare_and_set(const std::string& key, const std::optional<std::string>& expected,
                                              const std::string& value, int64_t timeout_ms) {
-  if (std::string why = oversized(key, std::max(value.size(), expected ? expected->size() : 0)); !why.empty()) {
+  const size_t longest = std::max(value.size(), expected ? expected->size() : 0);
+  if (std::string why = store_bounds_error(key, longest); !why.empty()) {
     return invalid("compare-and-set", key, why);
   }
   const std::string compare =
@@ -323,7 +316,7 @@ Result<CasResult> EtcdStore::compare_and_set(const std::string& key, const std::
 }
 
 Result<bool> EtcdStore::remove(const std::string& key, int64_t timeout_ms) {
-  if (std::string why = oversized(key, 0); !why.empty()) return invalid("delete", key, why);
+  if (std::string why = store_bounds_error(key, 0); !why.empty()) return invalid("delete", key, why);
   auto reply = impl_->post("/v3/kv/deleterange", "{" + impl_->key_json(key) + "}", timeout_ms,
                            "delete '" + key + "'");
   if (!reply.is_ok()) return reply.status();
@@ -333,7 +326,7 @@ Result<bool> EtcdStore::remove(const std::string& key, int64_t timeout_ms) {
 
 Result<std::optional<std::string>> EtcdStore::watch(const std::string& key, const std::optional<std::string>& known,
                                                     int64_t timeout_ms) {
-  if (std::string why = oversized(key, 0); !why.empty()) return invalid("watch", key, why);
+  if (std::string why = store_bounds_error(key, 0); !why.empty()) return invalid("watch", key, why);
   if (timeout_ms < 0) return invalid("watch", key, "negative timeout");
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {

@@ -182,13 +182,6 @@ int try_connect(const std::string& host, const std::string& port, Clock::time_po
 }
 
 // Why the sizes cannot go on the wire ("" when they can).
-std::string oversized(const std::string& key, size_t value_size) {
-  if (key.size() <= kRendezvousMaxKey && value_size <= kRendezvousMaxValue) return "";
-  return "key is " + std::to_string(key.size()) + " bytes (max " +
-         std::to_string(kRendezvousMaxKey) + "), value " + std::to_string(value_size) +
-         " bytes (max " + std::to_string(kRendezvousMaxValue) + ")";
-}
-
 Status invalid(const std::string& op, const std::string& key, const std::string& why) {
   return Status(Code::InvalidArgument,
                 "rendezvous: " + op + " '" + key.substr(0, 64) + "': " + why);
@@ -269,7 +262,7 @@ Result<RendezvousClient::Reply> RendezvousClient::call(const std::string& what,
 }
 
 Status RendezvousClient::set(const std::string& key, const std::string& value, int64_t timeout_ms) {
-  if (std::string why = oversized(key, value.size()); !why.empty()) return invalid("set", key, why);
+  if (std::string why = store_bounds_error(key, value.size()); !why.empty()) return invalid("set", key, why);
   const std::string what = "set '" + key + "' on";
   Request req;
   req.op = 'S';
@@ -284,7 +277,7 @@ Status RendezvousClient::set(const std::string& key, const std::string& value, i
 }
 
 Result<std::string> RendezvousClient::get(const std::string& key, int64_t timeout_ms) {
-  if (std::string why = oversized(key, 0); !why.empty()) return invalid("get", key, why);
+  if (std::string why = store_bounds_error(key, 0); !why.empty()) return invalid("get", key, why);
   const std::string what = "get '" + key + "' from";
   Request req;
   req.op = 'G';
@@ -304,7 +297,7 @@ Result<std::string> RendezvousClient::get(const std::string& key, int64_t timeou
 }
 
 Result<int64_t> RendezvousClient::add(const std::string& key, int64_t delta, int64_t timeout_ms) {
-  if (std::string why = oversized(key, 0); !why.empty()) return invalid("add to", key, why);
+  if (std::string why = store_bounds_error(key, 0); !why.empty()) return invalid("add to", key, why);
   const std::string what = "add to '" + key + "' on";
   Request req;
   req.op = 'A';
@@ -327,7 +320,7 @@ Result<CasResult> RendezvousClient::compare_and_set(const std::string& key,
                                                     const std::optional<std::string>& expected,
                                                     const std::string& value, int64_t timeout_ms) {
   const size_t longest = std::max(value.size(), expected ? expected->size() : 0);
-  if (std::string why = oversized(key, longest); !why.empty()) {
+  if (std::string why = store_bounds_error(key, longest); !why.empty()) {
     return invalid("compare-and-set", key, why);
   }
   const std::string what = "compare-and-set '" + key + "' on";
@@ -354,7 +347,7 @@ Result<CasResult> RendezvousClient::compare_and_set(const std::string& key,
 }
 
 Result<bool> RendezvousClient::remove(const std::string& key, int64_t timeout_ms) {
-  if (std::string why = oversized(key, 0); !why.empty()) return invalid("delete", key, why);
+  if (std::string why = store_bounds_error(key, 0); !why.empty()) return invalid("delete", key, why);
   const std::string what = "delete '" + key + "' on";
   Request req;
   req.op = 'D';
@@ -371,7 +364,7 @@ Result<bool> RendezvousClient::remove(const std::string& key, int64_t timeout_ms
 Result<std::optional<std::string>> RendezvousClient::watch(const std::string& key,
                                                            const std::optional<std::string>& known,
                                                            int64_t timeout_ms) {
-  if (std::string why = oversized(key, known ? known->size() : 0); !why.empty()) {
+  if (std::string why = store_bounds_error(key, known ? known->size() : 0); !why.empty()) {
     return invalid("watch", key, why);
   }
   const std::string what = "watch '" + key + "' on";

@@ -7,6 +7,7 @@
 // both "absent" (std::nullopt below).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,6 +19,14 @@ namespace taiji {
 inline constexpr uint32_t kRendezvousMaxKey = 1024;
 inline constexpr uint32_t kRendezvousMaxValue = 64 * 1024;
 inline constexpr uint64_t kRendezvousMaxStoreBytes = 64 << 20;
+
+// Why a key or value exceeds the bounds above (empty when both fit): the same words from
+// every backend.
+inline std::string store_bounds_error(const std::string& key, size_t value_size) {
+  if (key.size() <= kRendezvousMaxKey && value_size <= kRendezvousMaxValue) return "";
+  return "key is " + std::to_string(key.size()) + " bytes (max " + std::to_string(kRendezvousMaxKey) +
+         "), value " + std::to_string(value_size) + " bytes (max " + std::to_string(kRendezvousMaxValue) + ")";
+}
 
 struct CasResult {
   bool swapped = false;
