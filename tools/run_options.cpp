@@ -13,6 +13,8 @@ namespace {
 const char kUsage[] =
     "usage: taiji-run -np N [options] [--] prog [args...]\n"
     "       taiji-run --hosts h1:n1,h2:n2,... --self hK [options] [--] prog [args...]\n"
+    "       taiji-run -np N --elastic [--min-np MIN] [--max-np MAX] [options] [--] prog [args...]\n"
+    "       taiji-run --resize N --store ADDR --job-id ID [--timeout SECS]\n"
     "\n"
     "Starts the ranks of a taiji job. Each rank gets TAIJI_RANK, TAIJI_WORLD_SIZE,\n"
     "TAIJI_LOCAL_RANK, TAIJI_LOCAL_SIZE, TAIJI_RENDEZVOUS, TAIJI_RENDEZVOUS_HOST=0,\n"
@@ -38,6 +40,15 @@ const char kUsage[] =
     "                    every connection between them is authenticated\n"
     "  --secret-file F   every rank authenticates with the secret in F (TAIJI_SECRET_FILE);\n"
     "                    for multi-host jobs, F must hold the same secret on every host\n"
+    "  --elastic         follow the job's membership in the store (single host): start the\n"
+    "                    ranks a grow asks for; a rank that fails or is dropped leaves the job\n"
+    "                    instead of stopping it, down to --min-np (see docs/launcher.md)\n"
+    "  --min-np MIN      elastic: stop the job when fewer than MIN ranks are left (default 1)\n"
+    "  --max-np MAX      elastic: never run more than MAX ranks (default 1048576)\n"
+    "  --resize N        ask the elastic job --job-id for N ranks and exit: writes the request\n"
+    "                    into its store --store (the host:port its taiji-run printed, fixed\n"
+    "                    with that job's --port, or etcd://...); --timeout bounds the wait for\n"
+    "                    the store (default 5 s)\n"
     "  -h, --help        print this help\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -81,11 +92,34 @@ std::vector<HostEntry> parse_hosts(const std::string& list) {
   return hosts;
 }
 
+// The client mode takes the store, the job and a bound on the wait, nothing that starts ranks.
+void check_resize(const Options& o, bool rank_options) {
+  if (!o.command.empty() || o.np != -1 || o.elastic || rank_options || !o.self.empty() ||
+      o.port >= 0 || o.generate_secret || !o.secret_file.empty()) {
+    usage_error("--resize asks a running job to resize and starts no ranks: it takes only "
+                "--store, --job-id and --timeout");
+  }
+  if (o.store.empty()) usage_error("--resize needs --store (the job's store address)");
+  if (o.job_id.empty()) usage_error("--resize needs --job-id (the job's TAIJI_JOB_ID)");
+  if (o.store.rfind("etcd://", 0) == 0) {
+    if (std::string why = taiji::EtcdStore::check_address(o.store); !why.empty()) {
+      usage_error("bad --store '" + o.store + "': " + why);
+    }
+    return;
+  }
+  size_t colon = o.store.rfind(':');
+  long port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !parse_int(o.store.substr(colon + 1), 1, 65535, &port)) {
+    usage_error("bad --store '" + o.store + "' (expected host:port or etcd://HOST:PORT/PREFIX)");
+  }
+}
+
 }  // namespace
 
 Options parse_run_options(int argc, char** argv) {
   Options o;
-  bool have_hosts = false;
+  bool have_hosts = false, have_min = false, have_max = false;
   int i = 1;
   auto value = [&](const std::string& arg, const std::string& name) -> std::string {
     if (arg.size() > name.size() && arg[name.size()] == '=') return arg.substr(name.size() + 1);
@@ -118,10 +152,7 @@ Options parse_run_options(int argc, char** argv) {
       if (!parse_int(v, 0, 65535, &n)) usage_error("bad --port '" + v + "'");
       o.port = static_cast<int>(n);
     } else if (is(arg, "--store")) {
-      o.store = value(arg, "--store");
-      if (std::string why = taiji::EtcdStore::check_address(o.store); !why.empty()) {
-        usage_error("bad --store '" + o.store + "': " + why);
-      }
+      o.store = value(arg, "--store");  // checked below: --resize also takes host:port
     } else if (is(arg, "--job-id")) {
       o.job_id = value(arg, "--job-id");
       if (o.job_id.empty()) usage_error("--job-id must not be empty");
@@ -132,6 +163,22 @@ Options parse_run_options(int argc, char** argv) {
       if (v.empty() || *end != '\0' || !(o.timeout_s > 0) || o.timeout_s > 1e9) {
         usage_error("bad --timeout '" + v + "' (seconds, > 0)");
       }
+    } else if (arg == "--elastic") {
+      o.elastic = true;
+    } else if (is(arg, "--min-np")) {
+      std::string v = value(arg, "--min-np");
+      if (!parse_int(v, 1, 1 << 20, &n)) usage_error("bad --min-np '" + v + "'");
+      o.min_np = static_cast<int>(n);
+      have_min = true;
+    } else if (is(arg, "--max-np")) {
+      std::string v = value(arg, "--max-np");
+      if (!parse_int(v, 1, 1 << 20, &n)) usage_error("bad --max-np '" + v + "'");
+      o.max_np = static_cast<int>(n);
+      have_max = true;
+    } else if (is(arg, "--resize")) {
+      std::string v = value(arg, "--resize");
+      if (!parse_int(v, 1, 1 << 20, &n)) usage_error("bad --resize '" + v + "' (ranks, >= 1)");
+      o.resize = static_cast<int>(n);
     } else if (arg == "--no-tag") {
       o.tag = false;
     } else if (arg == "--secret") {
@@ -146,7 +193,21 @@ Options parse_run_options(int argc, char** argv) {
     }
   }
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  if (o.resize > 0) {
+    check_resize(o, have_hosts || have_min || have_max);
+    return o;
+  }
+  if (!o.store.empty()) {
+    if (std::string why = taiji::EtcdStore::check_address(o.store); !why.empty()) {
+      usage_error("bad --store '" + o.store + "': " + why);
+    }
+  }
   if (o.command.empty()) usage_error("no program given");
+  if ((have_min || have_max) && !o.elastic) usage_error("--min-np and --max-np need --elastic");
+  if (o.elastic && have_hosts) {
+    usage_error("--elastic runs on one host only (no --hosts): ranks that join could not be "
+                "placed on the other hosts");
+  }
   if (o.generate_secret && !o.secret_file.empty()) {
     usage_error("--secret and --secret-file exclude each other");
   }
@@ -177,6 +238,10 @@ Options parse_run_options(int argc, char** argv) {
     if (o.np < 1) usage_error("-np N is required");
     if (o.port >= 0 && !o.store.empty()) usage_error("--port and --store exclude each other");
     if (o.port < 0) o.port = 0;
+  }
+  if (o.elastic && !(o.min_np <= o.np && o.np <= o.max_np)) {
+    usage_error("--elastic needs --min-np <= -np <= --max-np (here " + std::to_string(o.min_np) +
+                " <= " + std::to_string(o.np) + " <= " + std::to_string(o.max_np) + " fails)");
   }
   return o;
 }

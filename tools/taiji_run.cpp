@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -25,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "elastic_watch.h"
+#include "job_secret.h"
 #include "run_options.h"
 #include "bootstrap/rendezvous.h"
 
@@ -96,6 +97,7 @@ struct Child {
   Stream out, err;
   // Leads a process group of its own, so that a signal reaches what it started too.
   bool own_group = false;
+  bool detached = false;  // elastic: dropped by a smaller membership, exits by itself
 };
 
 class Launcher {
@@ -108,6 +110,12 @@ class Launcher {
              const std::map<std::string, std::string>& vars);
   void pump(Stream& s, int rank, bool final_drain);
   void reap();
+  // Elastic: a member or detached rank ended (failed: nonzero exit or signal).
+  void elastic_ended(size_t index, bool failed, int code, const std::string& what);
+  // Elastic: J/elastic/cluster changed; starts the ranks a grow adds or detaches the
+  // ranks a smaller membership leaves out.
+  void elastic_change(const taiji_run::Membership& m);
+  int running_members() const;
   // Sends sig to every rank's process group (from_terminal: not to a rank that shares
   // ours, which the terminal signalled itself), then SIGKILL after the grace period.
   void stop(int sig, bool from_terminal = false);
@@ -125,6 +133,12 @@ class Launcher {
   bool stopping_ = false;
   std::optional<rlimit> ranks_nofile_;  // the descriptor limit the ranks start with
   std::optional<Clock::time_point> kill_at_;
+  std::string path_;                          // the program every rank runs
+  std::map<std::string, std::string> vars_;   // the TAIJI_* variables common to all ranks
+  // Elastic: children_ indices of the job's members in rank order, and the membership
+  // version they belong to.
+  std::vector<size_t> members_;
+  int64_t version_ = 1;
 };
 
 int Launcher::running_count() const {
@@ -204,7 +218,8 @@ void Launcher::pump(Stream& s, int rank, bool final_drain) {
 
 // Notes ranks that have ended but leaves them zombies (WNOWAIT): kill_leftovers reaps them.
 void Launcher::reap() {
-  for (auto& c : children_) {
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Child& c = children_[i];
     if (!c.running) continue;
     siginfo_t si{};
     if (waitid(P_PID, static_cast<id_t>(c.pid), &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != c.pid) {
@@ -214,15 +229,87 @@ void Launcher::reap() {
     const bool exited = si.si_code == CLD_EXITED;
     const int status = si.si_status;  // the exit code, or the signal that ended it
     bool failed = !exited || status != 0;
-    if (!failed || stopping_) continue;
     int code = exited ? status : 128 + status;
     std::string what = exited ? "exited with code " + std::to_string(code)
                               : "killed by signal " + std::to_string(status) + " (" + strsignal(status) + ")";
+    if (opts_.elastic && !stopping_) {
+      elastic_ended(i, failed, code, what);
+      continue;
+    }
+    if (!failed || stopping_) continue;
     int left = running_count();
     say("rank " + std::to_string(c.rank) + " " + what +
         (left > 0 ? "; stopping the other " + others(left) : ""));
     exit_code_ = code;
     stop(SIGTERM);
+  }
+}
+
+int Launcher::running_members() const {
+  int n = 0;
+  for (size_t i : members_) n += children_[i].running;
+  return n;
+}
+
+// A member that fails leaves the job: the survivors shrink and renumber densely in the old
+// order, which is this list without it. Its exit code ends the job only when too few
+// members are left running.
+void Launcher::elastic_ended(size_t index, bool failed, int code, const std::string& what) {
+  const std::string name = "rank " + std::to_string(children_[index].rank);
+  auto it = std::find(members_.begin(), members_.end(), index);
+  if (it == members_.end()) {
+    if (failed) say(name + " (detached) " + what + "; the job goes on");
+    return;
+  }
+  if (!failed) return;
+  members_.erase(it);
+  const int left = running_members();
+  if (left >= opts_.min_np) {
+    say(name + " " + what + "; it leaves the job, " + others(left) + " go on (elastic)");
+    return;
+  }
+  say(name + " " + what);
+  say(others(left) + " left, below --min-np " + std::to_string(opts_.min_np) +
+      "; stopping the job");
+  exit_code_ = code;
+  stop(SIGTERM);
+}
+
+void Launcher::elastic_change(const taiji_run::Membership& m) {
+  // The survivors agree on a shrink only after a member died, so it is a zombie by now:
+  // out of the list first, or the sizes below would drop a live one.
+  reap();
+  if (stopping_ || m.version <= version_) return;
+  version_ = m.version;
+  const int have = static_cast<int>(members_.size());
+  const std::string head = "membership version " + std::to_string(m.version) + " has " +
+                           others(static_cast<int>(std::min<int64_t>(m.size, 1 << 30)));
+  if (m.size > have) {
+    const std::string ranks = std::to_string(have) + ".." + std::to_string(m.size - 1);
+    if (m.size > opts_.max_np) {
+      say(head + ", above --max-np " + std::to_string(opts_.max_np) + "; not starting ranks " +
+          ranks);
+      return;
+    }
+    say(head + "; starting ranks " + ranks);
+    std::map<std::string, std::string> vars = vars_;
+    vars["TAIJI_WORLD_SIZE"] = std::to_string(m.size);
+    vars["TAIJI_CLUSTER_VERSION"] = std::to_string(m.version);
+    for (int r = have; r < m.size; ++r) {
+      if (!spawn(r, r, static_cast<int>(m.size), path_, vars)) {
+        say("cannot start rank " + std::to_string(r) + ": " + std::strerror(errno) +
+            "; the job goes on without it");
+        break;
+      }
+    }
+  } else if (m.size < have) {
+    std::string left;
+    for (size_t i = static_cast<size_t>(m.size); i < members_.size(); ++i) {
+      children_[members_[i]].detached = true;
+      left += (left.empty() ? "" : ", ") + std::to_string(children_[members_[i]].rank);
+    }
+    members_.resize(static_cast<size_t>(m.size));
+    say(head + "; detached (exiting by themselves): rank " + left);
   }
 }
 
@@ -290,47 +377,9 @@ bool Launcher::spawn(int rank, int local_rank, int local_size, const std::string
   fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
   fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
   children_.push_back({rank, pid, true, {out_pipe[0], 1, {}}, {err_pipe[0], 2, {}}, own_group});
+  if (opts_.elastic) members_.push_back(children_.size() - 1);
   return true;
 }
-
-// A job secret made for one run: 32 random bytes, hex, in an owner-only temporary file
-// (mkstemp creates it 0600) that is removed when the launcher exits.
-class JobSecret {
- public:
-  // Empty path() and a message in error() when it could not be made.
-  JobSecret() {
-    const char* dir = std::getenv("TMPDIR");
-    std::string templ = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") +
-                        "/taiji-secret-XXXXXX";
-    int fd = mkstemp(templ.data());
-    if (fd < 0) {
-      error_ = "cannot create a secret file in " + templ + ": " + std::strerror(errno);
-      return;
-    }
-    path_ = templ;
-    unsigned char raw[32];
-    std::string hex;
-    bool ok = getrandom(raw, sizeof(raw), 0) == static_cast<ssize_t>(sizeof(raw));
-    for (unsigned char b : raw) {
-      const char* digits = "0123456789abcdef";
-      hex += digits[b >> 4];
-      hex += digits[b & 15];
-    }
-    hex += '\n';
-    ok = ok && write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
-    close(fd);
-    if (!ok) error_ = "cannot write the secret file " + path_ + ": " + std::strerror(errno);
-  }
-  ~JobSecret() {
-    if (!path_.empty()) unlink(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  const std::string& error() const { return error_; }
-
- private:
-  std::string path_;
-  std::string error_;
-};
 
 int Launcher::run() {
   auto path = find_program(opts_.command[0]);
@@ -338,6 +387,7 @@ int Launcher::run() {
     say(opts_.command[0] + ": command not found");
     return 127;
   }
+  path_ = *path;
   // Every rank of the job holds a connection to the rendezvous store while it starts, and
   // the store serves at most half the descriptor limit at once: up to the hard limit here.
   // The ranks start with the limit this process was given.
@@ -393,7 +443,7 @@ int Launcher::run() {
     port = server->port();
   }
 
-  std::map<std::string, std::string> vars;
+  std::map<std::string, std::string>& vars = vars_;
   vars["TAIJI_WORLD_SIZE"] = std::to_string(opts_.np);
   vars["TAIJI_RENDEZVOUS"] =
       opts_.store.empty() ? bracketed(rdv_host) + ":" + std::to_string(port) : opts_.store;
@@ -401,7 +451,7 @@ int Launcher::run() {
   vars["TAIJI_JOB_ID"] = !opts_.job_id.empty() ? opts_.job_id
                                                : "job-" + std::to_string(getpid()) + "-" +
                                                      std::to_string(std::time(nullptr));
-  std::optional<JobSecret> secret;
+  std::optional<taiji_run::JobSecret> secret;
   if (opts_.generate_secret) {
     secret.emplace();
     if (!secret->error().empty()) {
@@ -416,6 +466,21 @@ int Launcher::run() {
   // with --hosts the address other hosts reach this one at is --self by definition.
   if (!opts_.hosts.empty() || std::getenv("TAIJI_LISTEN_HOST") == nullptr) {
     vars["TAIJI_LISTEN_HOST"] = listen_host;
+  }
+  // Declared after the server, so that the thread is stopped before the store it watches.
+  std::unique_ptr<taiji_run::ElasticWatch> watch;
+  if (opts_.elastic) {
+    vars["TAIJI_CLUSTER_VERSION"] = "1";
+    const std::string& address = vars["TAIJI_RENDEZVOUS"];
+    const std::string& job = vars["TAIJI_JOB_ID"];
+    auto w = taiji_run::ElasticWatch::start(address, job, opts_, 10000);
+    if (!w.is_ok()) {
+      say("elastic: cannot use the store at " + address + ": " + w.status().message());
+      return 1;
+    }
+    watch = std::move(w.value());
+    say("elastic job " + job + ", store " + address + " (resize with: taiji-run --resize N --store " +
+        address + " --job-id " + job + ")");
   }
 
   for (int i = 0; i < local_size; ++i) {
@@ -438,6 +503,8 @@ int Launcher::run() {
   std::vector<std::pair<Stream*, int>> streams;
   while (running_count() > 0) {
     fds.assign(1, {sig_fd, POLLIN, 0});
+    if (watch) fds.push_back({watch->fd(), POLLIN, 0});
+    const size_t first_stream = fds.size();
     streams.clear();
     for (auto& c : children_) {
       for (Stream* s : {&c.out, &c.err}) {
@@ -460,8 +527,10 @@ int Launcher::run() {
       stop(SIGKILL);
       exit_code_ = exit_code_.value_or(1);
     }
-    for (size_t i = 1; rc > 0 && i < fds.size(); ++i) {
-      if (fds[i].revents != 0) pump(*streams[i - 1].first, streams[i - 1].second, false);
+    for (size_t i = first_stream; rc > 0 && i < fds.size(); ++i) {
+      if (fds[i].revents != 0) {
+        pump(*streams[i - first_stream].first, streams[i - first_stream].second, false);
+      }
     }
     signalfd_siginfo si{};
     while (read(sig_fd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
@@ -486,6 +555,17 @@ int Launcher::run() {
       }
     }
     reap();
+    if (watch && rc > 0 && fds[1].revents != 0) {
+      for (auto& e : watch->take()) {
+        if (e.membership) elastic_change(*e.membership);
+        else say("elastic: " + e.message);
+      }
+    }
+    if (watch && !stopping_ && running_members() == 0 && running_count() > 0) {
+      say("the job's ranks have ended; stopping " + others(running_count()) +
+          " it detached that still run");
+      stop(SIGTERM);
+    }
     auto now = Clock::now();
     if (job_deadline && !stopping_ && now >= *job_deadline && running_count() > 0) {
       char secs[32];
@@ -519,6 +599,7 @@ int Launcher::run() {
 
 int main(int argc, char** argv) {
   Options opts = taiji_run::parse_run_options(argc, argv);
+  if (opts.resize > 0) return taiji_run::run_resize(opts);
   Launcher launcher(std::move(opts));
   return launcher.run();
 }
