@@ -265,7 +265,8 @@ void Launcher::elastic_ended(size_t index, bool failed, int code, const std::str
   members_.erase(it);
   const int left = running_members();
   if (left >= opts_.min_np) {
-    say(name + " " + what + "; it leaves the job, " + others(left) + " go on (elastic)");
+    say(name + " " + what + "; it leaves the job, " + others(left) + (left == 1 ? " goes" : " go") +
+        " on (elastic)");
     return;
   }
   say(name + " " + what);
