@@ -22,6 +22,7 @@
 
 #include "common/time_limit.h"
 #include "monitor/log.h"
+#include "runtime/internal_gather.h"
 #include "runtime/peer.h"
 #include "topology/selection.h"
 #include "topology/text.h"
@@ -36,44 +37,7 @@ constexpr const char* kSplitAddressOpName = "taiji.split.addr";
 // DNS name (253 bytes), brackets and a port.
 constexpr size_t kAddressRecordBytes = 272;
 enum : uint8_t { kNoServer = 0, kServing = 1, kServerFailed = 2 };
-// The op deadline ends every gather; this only guards against a loop that stopped.
-constexpr int64_t kWaitGraceMs = 1000;
-
 using Clock = std::chrono::steady_clock;
-
-// Milliseconds left before the deadline; 0 once it passed.
-int64_t left_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return std::max<int64_t>(left.count(), 0);
-}
-
-// Posts one of the split's allgathers and waits for it. The buffers are the caller's but
-// also held by the op's callback, so that they outlive the op whatever happens here.
-Status gather(Peer& peer, const char* name, uint64_t version, std::shared_ptr<std::vector<uint8_t>> send,
-              std::shared_ptr<std::vector<uint8_t>> recv, DType dtype, uint64_t count,
-              Clock::time_point deadline, uint64_t* version_out) {
-  const int64_t timeout_ms = left_ms(deadline);
-  if (timeout_ms == 0) return {Code::Timeout, std::string("split: no time left for ") + name};
-  PostArgs args;
-  args.kind = OpKind::Allgather;
-  args.name = name;
-  args.version = version;
-  args.send = send->data();
-  args.recv = recv->data();
-  args.count = count;
-  args.dtype = dtype;
-  args.timeout_ms = timeout_ms;
-  args.callback = [send, recv](const Status&) {};
-  auto posted = peer.post_internal(std::move(args), false);
-  if (!posted.is_ok()) return posted.status();
-  Status result;
-  if (!posted.value()->wait_for(timeout_ms + kWaitGraceMs, &result)) {
-    return {Code::Timeout, std::string("split: ") + name + " did not complete on the I/O thread"};
-  }
-  if (!result.is_ok()) return {result.code(), "split: " + result.message()};
-  if (version_out != nullptr) *version_out = posted.value()->version();
-  return {};
-}
 
 // Within the parent's job id's length cap (the child's job id travels as a frame name):
 // the readable form when it fits, else a digest of it (16 bytes: every cap allows that).
@@ -106,7 +70,7 @@ Result<std::unique_ptr<Peer>> Peer::split(int color, int key, int64_t timeout_ms
   const int32_t mine[2] = {color, key};
   std::memcpy(choice->data(), mine, sizeof(mine));
   uint64_t version = 0;
-  if (Status s = gather(*this, kSplitOpName, 0, choice, choices, DType::I32, 2, deadline, &version);
+  if (Status s = internal_gather(*this, "split", kSplitOpName, 0, choice, choices, DType::I32, 2, deadline, &version);
       !s.is_ok()) {
     return s;
   }
@@ -145,7 +109,7 @@ Result<std::unique_ptr<Peer>> Peer::split(int color, int key, int64_t timeout_ms
     if (server_status.is_ok()) std::memcpy(record->data() + 1, address.data(), address.size());
   }
   auto records = std::make_shared<std::vector<uint8_t>>(kAddressRecordBytes * static_cast<size_t>(parent_size));
-  if (Status s = gather(*this, kSplitAddressOpName, version, record, records, DType::U8,
+  if (Status s = internal_gather(*this, "split", kSplitAddressOpName, version, record, records, DType::U8,
                         kAddressRecordBytes, deadline, nullptr);
       !s.is_ok()) {
     return s;
