@@ -19,6 +19,7 @@ EnvLookup process_env();
 
 struct Config {
   int rank = -1;                    // -1: unset
+  uint32_t cluster_version = 0;     // the membership this process joins; 0: unset (1)
   int size = -1;                    // -1: unset
   std::string rendezvous;           // "host:port"; empty: unset (fine when size == 1)
   int rendezvous_port = 0;          // port next to MASTER_ADDR; 0: unset (MASTER_PORT + 1)

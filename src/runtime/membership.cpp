@@ -6,7 +6,9 @@
 
 namespace taiji {
 
-Membership::Membership(int rank, int size) : rank_(rank), size_(size), version_(1) {
+Membership::Membership(int rank, int size, uint32_t version)
+    : rank_(rank), size_(size), version_(version) {
+  current_.version = version;
   current_.rank = rank;
   current_.size = size;
   current_.host_of.assign(static_cast<size_t>(size), 0);

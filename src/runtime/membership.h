@@ -26,8 +26,9 @@ namespace taiji {
 
 class Membership {
  public:
-  // Version 1, before bootstrap has learnt the addresses.
-  Membership(int rank, int size);
+  // Before bootstrap has learnt the addresses; version 1 for a job's first members, higher
+  // for a membership a resize or shrink made.
+  Membership(int rank, int size, uint32_t version);
 
   // Any thread.
   int rank() const { return rank_.load(std::memory_order_relaxed); }

@@ -7,6 +7,7 @@
 #include "bootstrap/etcd_store.h"
 #include "bootstrap/store_open.h"
 #include "monitor/log.h"
+#include "runtime/elastic_keys.h"
 #include "runtime/p2p_key.h"
 
 namespace taiji {
@@ -26,7 +27,7 @@ int64_t remaining_ms(std::chrono::steady_clock::time_point deadline) {
 
 Peer::Peer(const Config& config)
     : config_(config),
-      membership_(config_.rank, config_.size),
+      membership_(config_.rank, config_.size, config_.cluster_version),
       io_(config_.progress == "adaptive", config_.spin_us),
       poster_(config_, &membership_, &io_, &names_, [this] { return closed(); }) {
   // The level is the process's: only a peer told to set it does.
@@ -86,7 +87,11 @@ Peer::Peer(const Config& config)
   host_->engine().set_link_lost_handler(
       [this](int rank, const Status& why) { membership_.link_lost(rank, why); });
   // Without a way to continue on fewer ranks, a lost rank ends this peer's work.
-  membership_.set_loss_policy([this](int, const Status& why) {
+  membership_.set_loss_policy([this](int rank, const Status& why) {
+    {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      lost_.insert(rank);
+    }
     set_error(why);
     host_->fail_all(why);
   });
@@ -116,7 +121,7 @@ Status Peer::rendezvous(const std::string& self, std::chrono::steady_clock::time
     auto client = open_store(config_.rendezvous, remaining_ms(deadline));
     if (!client.is_ok()) return client.status();
     // Each peer publishes "address\nhost label": where to dial it, and whom it shares a host with.
-    std::string prefix = config_.job_id + "/addr/";
+    std::string prefix = rendezvous_prefix(config_.job_id, membership_.version());
     Status s = client.value()->set(prefix + std::to_string(rank()),
                                    self + "\n" + config_.host_label, remaining_ms(deadline));
     if (!s.is_ok()) return s;
@@ -244,16 +249,30 @@ Peer::~Peer() {
   }
 }
 
-Status Peer::finalize() {
+Status Peer::finalize() { return finalize_within(config_.timeout_ms); }
+
+Status Peer::finalize_within(int64_t wait_ms) {
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     closing_ = true;
   }
   poster_.fail_groups({Code::Finalized, "peer finalized while the op's group was still open"});
   // Both are idempotent: a second or concurrent finalize just waits for the same end.
-  run_on_loop([this] { begin_close(CloseMode::Finalize); });
+  run_on_loop([this, wait_ms] { begin_close(CloseMode::Finalize, wait_ms); });
   io_.join();
   return async_error();
+}
+
+std::set<int> Peer::lost_ranks() const {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return lost_;
+}
+
+void Peer::fail(const Status& why) { set_error(why); }
+
+std::unique_ptr<RendezvousServer> Peer::release_services() {
+  metrics_server_.reset();
+  return std::move(rendezvous_server_);
 }
 
 void Peer::abort() {
@@ -281,7 +300,7 @@ void Peer::set_error(const Status& s) {
   if (sticky_.is_ok()) sticky_ = s;
 }
 
-void Peer::begin_close(CloseMode mode) {
+void Peer::begin_close(CloseMode mode, int64_t wait_ms) {
   if (mode == CloseMode::Abort) {
     host_->fail_all({Code::Aborted, "peer aborted"});
     close_links(false);
@@ -289,7 +308,7 @@ void Peer::begin_close(CloseMode mode) {
   }
   if (finalizing_ || closing_links_) return;
   finalizing_ = true;
-  uint64_t wait = mode == CloseMode::Finalize ? static_cast<uint64_t>(config_.timeout_ms) : 0;
+  uint64_t wait = mode == CloseMode::Finalize ? static_cast<uint64_t>(std::max<int64_t>(wait_ms, 0)) : 0;
   close_deadline_ = uv_now(io_.uv()) + wait;
   on_tick();
 }

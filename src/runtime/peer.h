@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,6 +76,15 @@ class Peer final : private ClusterListener {
 
   // Waits (bounded by the op timeout) for in-flight ops, says goodbye, stops the thread.
   Status finalize();
+  // finalize() waiting at most wait_ms for in-flight ops (a resize's own deadline).
+  Status finalize_within(int64_t wait_ms);
+  // Any thread: the ranks whose links this peer lost without a Bye (runtime/elastic.h).
+  std::set<int> lost_ranks() const;
+  // Makes `why` the peer's sticky error (a resize that failed after the members agreed).
+  void fail(const Status& why);
+  // After finalize or abort: hands over the rendezvous server this peer serves (for the
+  // next membership's peer) and stops its metrics endpoint, freeing the port.
+  std::unique_ptr<RendezvousServer> release_services();
   // Fails every op with Aborted and closes all links at once; does not wait.
   void abort();
   Status async_error() const;
@@ -129,7 +139,7 @@ class Peer final : private ClusterListener {
     Destroy,   // abort in-flight ops, then close with Bye
     Abort,     // abort in-flight ops, close at once
   };
-  void begin_close(CloseMode mode);
+  void begin_close(CloseMode mode, int64_t wait_ms = 0);
   void on_tick();
   void close_links(bool graceful);
   void on_links_closed();
@@ -161,6 +171,7 @@ class Peer final : private ClusterListener {
 
   mutable std::mutex state_mu_;
   Status sticky_;                        // under state_mu_
+  std::set<int> lost_;                   // under state_mu_: ranks lost without a Bye
   bool closing_ = false;                 // under state_mu_: finalize/abort began
 };
 

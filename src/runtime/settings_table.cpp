@@ -113,6 +113,10 @@ const Setting kSettings[] = {
      .unset = -1, .min = 1, .max = kIntMax, .def = "1",
      .doc = "The number of peers in the job, 1..2147483647; read as a pair with `TAIJI_RANK`.",
      .resolved_apart = true},
+    {.name = "TAIJI_CLUSTER_VERSION", .field = "cluster_version", .type = T::Integer,
+     .member = &Config::cluster_version, .unset = 0, .min = 1, .max = UINT32_MAX, .def = "1",
+     .doc = "The cluster version this process joins at: `1` for a job's first members; "
+            "`taiji-run --elastic` sets it for the processes a resize starts (docs/elastic.md)."},
     {.name = "TAIJI_RENDEZVOUS", .field = "rendezvous", .type = T::String,
      .member = &Config::rendezvous, .check = check_rendezvous,
      .def_doc = "from `MASTER_ADDR`, else none",

@@ -104,7 +104,7 @@ Cluster next_version(const Peer& peer, const Cluster& now, uint32_t version) {
 }  // namespace
 
 TEST_CASE("a membership change needs a higher version and a whole cluster", "[membership]") {
-  Membership m(1, 3);
+  Membership m(1, 3, 1);
   m.set_addresses({"a:1", "b:2", "c:3"}, {0, 0, 1});
   struct Recorder : ClusterListener {
     std::vector<std::pair<uint32_t, uint32_t>> seen;
