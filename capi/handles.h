@@ -11,11 +11,15 @@
 #include <string>
 #include <thread>
 
+#include "runtime/elastic.h"
 #include "runtime/peer.h"
 
 struct taiji_peer {
   // Rank and size are the membership's (they change with it): read through impl.
+  // Replaced by taiji_resize and taiji_shrink with the new membership's peer.
   std::unique_ptr<taiji::Peer> impl;
+  // What outlives each membership: the version this process joined at, the store client.
+  std::unique_ptr<taiji::Elastic> elastic;
   std::mutex error_mu;
   std::string last_error;
   // What taiji_peer_last_error returned to each thread: valid until that thread's next call
@@ -39,6 +43,14 @@ struct taiji_topology {
 };
 
 namespace taiji_capi {
+
+// A handle for a peer that has just joined its job.
+inline std::unique_ptr<taiji_peer> make_handle(std::unique_ptr<taiji::Peer> impl) {
+  auto handle = std::make_unique<taiji_peer>();
+  handle->elastic = std::make_unique<taiji::Elastic>(impl->cluster_version());
+  handle->impl = std::move(impl);
+  return handle;
+}
 
 // Text of the last failed call that had no peer to keep it (init, topology creation).
 extern thread_local std::string init_error;

@@ -26,6 +26,7 @@ taiji_status_t taiji_peer_split(taiji_peer_t* peer, int color, int key,
     }
     // Allocated before the split: once the child has joined its job, nothing may fail.
     auto handle = std::make_unique<taiji_peer>();
+    handle->elastic = std::make_unique<taiji::Elastic>(peer->impl->cluster_version());
     auto made = peer->impl->split(color, key, opt.timeout_ms);
     if (!made.is_ok()) return record(peer, made.status());
     if (!made.value()) return TAIJI_OK;

@@ -228,9 +228,7 @@ taiji_status_t taiji_peer_init_versioned(uint32_t header_version, const taiji_co
     if (!resolved.is_ok()) return fail(to_c(resolved.status()), resolved.status().message());
     auto made = taiji::Peer::create(resolved.value());
     if (!made.is_ok()) return fail(to_c(made.status()), made.status().message());
-    auto* p = new taiji_peer();
-    p->impl = std::move(made.value());
-    *peer = p;
+    *peer = make_handle(std::move(made.value())).release();
     return TAIJI_OK;
   } catch (const std::bad_alloc&) {
     return fail(TAIJI_ERR_NO_MEMORY, "out of memory");

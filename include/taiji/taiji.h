@@ -456,6 +456,66 @@ TAIJI_API taiji_status_t taiji_peer_split(taiji_peer_t *peer, int color, int key
                                           const taiji_op_options_t *options,
                                           taiji_peer_t **child);
 
+/* ---- elastic membership --------------------------------------------------------------
+ * A job's membership has a cluster version: 1 for the first members, +1 at every resize or
+ * shrink that changes it. Rank, size and version change together at those calls only.
+ * Automatic op versions count within a cluster version (they restart at 1 after a change,
+ * for survivors and joiners alike); explicit versions are the caller's. A process that
+ * joins a running job (started by `taiji-run --elastic` with TAIJI_CLUSTER_VERSION) gets
+ * its state from the others: a broadcast from rank 0 that every member, joiners included,
+ * posts right after each resize (a joiner knows it is one: taiji_peer_joined_version > 1;
+ * see docs/elastic.md).
+ *
+ * Neither call may run concurrently with another call on the same peer (they replace the
+ * peer's connections and I/O thread); requests of ops posted before them stay valid. */
+
+/* Resizes the job in place: a collective over the current members, each proposing the same
+ * new_size >= 1 (a disagreement is ERR_MISMATCH on every member and nothing changes).
+ * Growing: the members keep their ranks and wait (bounded by options.timeout_ms, default
+ * the peer's init timeout) for the new processes, ranked old_size..new_size-1, which a
+ * launcher starts (`taiji-run --elastic` watches the store for this). Shrinking: ranks
+ * >= new_size get *detached = 1 and must finalize (their peer takes no more ops); the
+ * others keep their rank. On return rank, size and taiji_peer_cluster_version (+1) are the
+ * new ones on every member, and *changed = 1; a new_size equal to the size changes nothing
+ * (*changed = 0). Ops posted before the call finish on the old membership (the call waits
+ * for them, bounded by the deadline) or fail with ERR_ABORTED naming the resize; ops posted
+ * after it run on the new membership. A member that does not call it makes the callers fail
+ * with ERR_TIMEOUT, keeping the old membership. A failure after the members agreed (a
+ * joiner that never comes) leaves the peer failed with that error (taiji_peer_async_error).
+ * Blocks; not from a completion callback or inside a group. changed and detached may be
+ * NULL. Errors: ERR_INVALID_ARGUMENT, ERR_MISMATCH, ERR_TIMEOUT, ERR_PEER_LOST,
+ * ERR_BOOTSTRAP, ERR_FINALIZED, ERR_NO_MEMORY. */
+TAIJI_API taiji_status_t taiji_resize(taiji_peer_t *peer, int new_size,
+                                      const taiji_op_options_t *options, int *changed,
+                                      int *detached);
+
+/* Continues without lost ranks (after ERR_PEER_LOST): a collective over the surviving
+ * members, agreed through the rendezvous store (so the store must outlive the lost ranks:
+ * taiji-run's or etcd, not a store rank 0 served if rank 0 is lost). Each survivor waits
+ * until every old rank has joined the call or is lost on its own links; the survivors are
+ * then renumbered densely in their old order, the cluster version rises by one, the sticky
+ * error is cleared and the peer is usable again (*changed = 1). With no rank lost nothing
+ * changes (*changed = 0). In-flight ops of the old membership fail with ERR_ABORTED. A rank
+ * lost during the shrink ends it with a clear error (ERR_TIMEOUT or ERR_BOOTSTRAP naming
+ * the rank) on every survivor within options.timeout_ms (default: the peer's init timeout);
+ * the peer then keeps its error and taiji_shrink may be called again. Blocks; not from a
+ * completion callback or inside a group. changed may be NULL. Errors:
+ * ERR_INVALID_ARGUMENT, ERR_TIMEOUT, ERR_BOOTSTRAP, ERR_NO_MEMORY. */
+TAIJI_API taiji_status_t taiji_shrink(taiji_peer_t *peer, const taiji_op_options_t *options,
+                                      int *changed);
+
+/* The current cluster version; 0 for NULL. Never blocks. */
+TAIJI_API uint64_t taiji_peer_cluster_version(const taiji_peer_t *peer);
+/* The cluster version at which this process joined: 1 for the first members, larger for a
+ * process a resize started (it must receive the model's state). 0 for NULL. Never blocks. */
+TAIJI_API uint64_t taiji_peer_joined_version(const taiji_peer_t *peer);
+/* The size an operator or scheduler asked for from outside and no resize has applied yet
+ * (`taiji-run --resize N`, or a write of N to the store key "<job id>/elastic/request"),
+ * 0 when none is pending or the store does not answer. Ranks may read it at different
+ * moments: agree on it (a broadcast from rank 0) before resizing. Blocks for one store
+ * round trip (bounded by one second). -1 for NULL. */
+TAIJI_API int taiji_peer_requested_size(taiji_peer_t *peer);
+
 /* ---- names and sizes, for bindings -------------------------------------------------- */
 
 /* Bytes per element; 0 for a value that is not a taiji_dtype_t. Never blocks. */
