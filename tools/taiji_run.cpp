@@ -564,7 +564,7 @@ int Launcher::run() {
     }
     if (watch && !stopping_ && running_members() == 0 && running_count() > 0) {
       say("the job's ranks have ended; stopping " + others(running_count()) +
-          " it detached that still run");
+          " detached and still running");
       stop(SIGTERM);
     }
     auto now = Clock::now();

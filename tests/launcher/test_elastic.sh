@@ -64,14 +64,15 @@ wait_bounded() {
 lines() { [ "$(grep -c "$1" "$TMP/$2" || true)" -ge "$3" ]; }
 pid_of() { sed -n "s/^\[$1\] env .* pid \([0-9]*\)$/\1/p" "$TMP/out"; }
 
-# Each rank prints its variables and pid, then waits for the file $TMP/done.
+# Each rank prints its variables and pid, then waits for the file $TMP/done (all ranks) or
+# $TMP/done.<rank> (that rank alone) and exits 0.
 RANK='echo "env $TAIJI_RANK $TAIJI_WORLD_SIZE $TAIJI_CLUSTER_VERSION $TAIJI_LOCAL_RANK $TAIJI_LOCAL_SIZE $TAIJI_JOB_ID pid $$"
-  while [ ! -e "$0" ]; do sleep 0.1; done'
+  while [ ! -e "$0" ] && [ ! -e "$0.$TAIJI_RANK" ]; do sleep 0.1; done'
 
 # start ARGS...: an elastic job in the background with RANK as its ranks; returns once the
 # store address is printed and N (the first of ARGS after -np) ranks are up.
 start() {
-  rm -f "$TMP/done"
+  rm -f "$TMP"/done*
   "$RUN" --timeout 60 "$@" sh -c "$RANK" "$TMP/done" >"$TMP/out" 2>"$TMP/err" </dev/null &
   LAUNCHER=$!
   wait_for 30 lines '^\[[0-9]*\] env' out "$NP" || fail "elastic job: the ranks did not start"
@@ -160,5 +161,18 @@ LAUNCHER=
 [ "$RC" = 137 ] || fail "below --min-np: exit code $RC, expected 137"
 grep -q '2 ranks left, below --min-np 3; stopping the job' "$TMP/err" || fail "below --min-np: no message"
 ok "losing a rank below --min-np stops the job with the rank's status"
+
+# --- a detached rank that does not exit -----------------------------------------------
+NP=2
+start -np 2 --elastic --job-id "$JOB-detach"
+store set "$JOB-detach/elastic/cluster" "2 1"
+wait_for 20 lines 'detached (exiting by themselves): rank 1' err 1 || fail "shrink to 1: no message"
+touch "$TMP/done.0"
+wait_bounded "$LAUNCHER" 20
+LAUNCHER=
+[ "$RC" = 0 ] || fail "detached rank left running: exit code $RC, expected 0"
+grep -q "the job's ranks have ended; stopping 1 rank detached and still running" "$TMP/err" ||
+  fail "detached rank left running: no message"
+ok "once the members have exited 0, a detached rank still running is stopped; the job exits 0"
 
 echo "all elastic launcher checks passed"
