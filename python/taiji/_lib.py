@@ -12,7 +12,7 @@ import pathlib
 import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int, c_int32,
                     c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
-from typing import Optional
+from typing import Any, Optional
 
 # The header version this binding was written against (TAIJI_VERSION_NUMBER of 0.2.0);
 # the library refuses a binding newer than itself or of another major version.
@@ -131,6 +131,16 @@ _SIGNATURES = {
     "taiji_grad_stats_state_string": (c_char_p, [_S]),
 }
 
+# Declared on first use instead of at load, so that the package still loads a library that
+# predates them; late() raises AttributeError naming the missing symbol.
+_LATE_SIGNATURES = {
+    "taiji_resize": (_S, [_P, c_int, _OPT, POINTER(c_int), POINTER(c_int)]),
+    "taiji_shrink": (_S, [_P, _OPT, POINTER(c_int)]),
+    "taiji_peer_cluster_version": (c_uint64, [_P]),
+    "taiji_peer_joined_version": (c_uint64, [_P]),
+    "taiji_peer_requested_size": (c_int, [_P]),
+}
+
 
 def _candidates() -> list:
     """Where to look, in order: $TAIJI_LIBRARY, the install-time LIBDIR, a build tree above
@@ -195,6 +205,22 @@ def _declare(lib: ctypes.CDLL) -> None:
 def lib() -> ctypes.CDLL:
     """The loaded library (loading it on first use)."""
     return _lib if _lib is not None else load_library()
+
+
+_late: dict = {}
+
+
+def late(name: str) -> Any:
+    """The function ``name`` of _LATE_SIGNATURES, declared on first use. Raises
+    AttributeError when the loaded library does not export it (it is older)."""
+    fn = _late.get(name)
+    if fn is None:
+        restype, argtypes = _LATE_SIGNATURES[name]
+        fn = getattr(lib(), name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+        _late[name] = fn
+    return fn
 
 
 def text(value: Optional[bytes]) -> str:

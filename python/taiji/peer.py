@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import _buffers, _dispatch, _lib, _log
 from ._types import SUM, to_reduce_op
-from .errors import (Finalized, InvalidArgument, TaijiError, check, make_error)
+from .errors import (Finalized, InvalidArgument, TaijiError, Unsupported, check, make_error)
 from .request import Request
 
 _OPTION_KEYS = ("version", "timeout_ms", "topology", "grad_stats", "callback")
@@ -140,18 +140,25 @@ class Peer:
         self._parent = parent  # a child is closed before its parent: keep the parent
         if parent is not None:
             parent._state.children.append(self._state)
-        self._rank = int(_lib.lib().taiji_peer_rank(handle))
-        self._size = int(_lib.lib().taiji_peer_size(handle))
+        self._read_membership()
         # Runs on close(), on collection, and at interpreter exit (newest first).
         self._closer = weakref.finalize(self, _close_state, self._state)
+
+    def _read_membership(self) -> None:
+        # Rank and size change only at resize() and shrink(), which call this again.
+        handle = self._state.handle
+        self._rank = int(_lib.lib().taiji_peer_rank(handle))
+        self._size = int(_lib.lib().taiji_peer_size(handle))
 
     # --- lifecycle --------------------------------------------------------------------
     @property
     def rank(self) -> int:
+        """This peer's rank, 0..size-1 (renumbered by resize() and shrink())."""
         return self._rank
 
     @property
     def size(self) -> int:
+        """The number of peers in the job (changed by resize() and shrink())."""
         return self._size
 
     @property
@@ -496,6 +503,82 @@ class Peer:
         if not child.value:
             return None
         return Peer._from_handle(child, self)
+
+    # --- elastic membership -----------------------------------------------------------
+    def _elastic(self, name: str) -> Any:
+        try:
+            return _lib.late(name)
+        except AttributeError:
+            from . import version
+            raise Unsupported(-15, f"the loaded libtaiji {version()} has no {name}: elastic "
+                                   "membership needs a newer library") from None
+
+    def resize(self, new_size: int, timeout_ms: int = 0) -> Tuple[bool, bool]:
+        """Resizes the job in place to ``new_size`` peers: a collective over the current
+        members, each passing the same size (else :class:`taiji.Mismatch` on every one and
+        nothing changes). Returns ``(changed, detached)``.
+
+        Growing waits (``timeout_ms``; 0: the peer's init timeout) for the processes that
+        ``taiji-run --elastic`` starts as ranks size..new_size-1. Shrinking detaches ranks
+        >= new_size: they get ``detached`` True and must :meth:`close` the peer. Members keep
+        their rank; :attr:`rank`, :attr:`size` and :attr:`cluster_version` are the new ones
+        on return. Right after a change every member, joiners included, posts the same
+        broadcasts from rank 0 (the state a joiner lacks). Blocks; not inside
+        :meth:`group` nor from a callback. Raises Mismatch, Timeout (a member did not
+        call it), PeerLost, BootstrapError, Finalized, InvalidArgument, and Unsupported
+        when the library predates elastic membership."""
+        new_size = _rank_arg(new_size, "new_size")
+        fn = self._elastic("taiji_resize")
+        options = _lib.OpOptions()
+        options.timeout_ms = _rank_arg(timeout_ms, "timeout_ms")
+        changed, detached = ctypes.c_int(0), ctypes.c_int(0)
+        handle = self._handle
+        try:
+            check(fn(handle, new_size, ctypes.byref(options), ctypes.byref(changed),
+                     ctypes.byref(detached)), self.last_error)
+        finally:
+            self._read_membership()
+        return bool(changed.value), bool(detached.value)
+
+    def shrink(self, timeout_ms: int = 0) -> bool:
+        """Continues without the lost ranks after :class:`taiji.PeerLost`: a collective
+        over the survivors, renumbered densely in their old order; the peer's sticky error
+        is cleared and it takes ops again. Returns whether a rank was lost (False: nothing
+        changed). Ops in flight from before fail with Aborted. Needs a store that outlives
+        the lost ranks (taiji-run's or etcd). Bounded by ``timeout_ms`` (0: the peer's init
+        timeout); on Timeout or BootstrapError (a rank lost during it) it may be called
+        again. Blocks; not inside :meth:`group` nor from a callback."""
+        fn = self._elastic("taiji_shrink")
+        options = _lib.OpOptions()
+        options.timeout_ms = _rank_arg(timeout_ms, "timeout_ms")
+        changed = ctypes.c_int(0)
+        handle = self._handle
+        try:
+            check(fn(handle, ctypes.byref(options), ctypes.byref(changed)),
+                  self.last_error)
+        finally:
+            self._read_membership()
+        return bool(changed.value)
+
+    @property
+    def cluster_version(self) -> int:
+        """The membership's version: 1 for the first members, +1 at every resize or
+        shrink that changed it. The same on every member."""
+        return int(self._elastic("taiji_peer_cluster_version")(self._handle))
+
+    @property
+    def joined_version(self) -> int:
+        """The cluster version at which this process joined: 1 for the first members,
+        larger for a process a resize started (it must receive the model's state)."""
+        return int(self._elastic("taiji_peer_joined_version")(self._handle))
+
+    def requested_size(self) -> int:
+        """The size asked for from outside (``taiji-run --resize N``, or N written to the
+        store key ``<job id>/elastic/request``) that no resize has applied yet; 0 when
+        none is pending or the store does not answer. Ranks may read it at different
+        moments: agree on one value (a broadcast from rank 0) before resizing. Blocks for
+        one store round trip (at most about a second)."""
+        return int(self._elastic("taiji_peer_requested_size")(self._handle))
 
     # --- monitoring -------------------------------------------------------------------
     def _json(self, fn: Any) -> Dict[str, Any]:
