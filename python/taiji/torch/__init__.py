@@ -4,7 +4,8 @@ Importing this package registers the torch.distributed backend ``"taiji"``
 (:class:`ProcessGroupTaiji`), so ``dist.init_process_group("taiji")`` works under
 ``taiji-run`` and under ``torchrun``; :mod:`taiji.torch.hooks` has DDP comm hooks. The
 Horovod-style API (``init``, ``allreduce``, ``DistributedOptimizer``, ...) lives here too:
-``import taiji.torch as hvd``. See docs/python-torch.md and docs/python-horovod.md.
+``import taiji.torch as hvd``, and ``hvd.elastic`` its elastic training. See
+docs/python-torch.md, docs/python-horovod.md and docs/elastic-python.md.
 """
 from __future__ import annotations
 
@@ -18,5 +19,7 @@ _install_env_rendezvous()
 from . import hooks  # noqa: E402  (after the backend exists)
 from .horovod import *  # noqa: E402,F401,F403
 from .horovod import __all__ as _horovod_all  # noqa: E402
+from . import elastic  # noqa: E402  (over the Horovod-style API)
 
-__all__ = ["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "peer_of", "hooks"] + list(_horovod_all)
+__all__ = (["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "peer_of", "hooks", "elastic"]
+           + list(_horovod_all))

@@ -76,13 +76,29 @@ def _host_key() -> bytes:
     return host.encode()[:255].ljust(256, b"\0")
 
 
+def _joined_late(p: taiji.Peer) -> bool:
+    """Whether a resize started this process (a library without elastic membership: no)."""
+    try:
+        return p.joined_version > 1
+    except taiji.Unsupported:
+        return False
+
+
 def _local_rank_and_size(p: taiji.Peer) -> Tuple[int, int]:
     lr = _env_int("TAIJI_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                   "SLURM_LOCALID")
     ls = _env_int("TAIJI_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
     if lr is not None and ls is not None:
         return lr, ls
-    # No launcher said: count the ranks that share this host (one small allgather).
+    if _joined_late(p):
+        # The members it joins post nothing but the state broadcasts after a resize; the
+        # elastic helper counts again on every member (_count_local).
+        return p.rank, p.size
+    return _count_local(p)
+
+
+def _count_local(p: taiji.Peer) -> Tuple[int, int]:
+    """Counts the ranks that share this host (one small allgather: a collective)."""
     hosts = p.allgather(np.frombuffer(_host_key(), dtype=np.uint8).copy(),
                         "hvd.init.hosts").reshape(p.size, -1)
     mine = hosts[p.rank]
@@ -117,6 +133,17 @@ def init(comm: Any = None, process_sets: Any = None, peer: Optional[taiji.Peer] 
                 p.close()
             raise
         _peer, _owns_peer, _local = p, peer is None, local
+
+
+def _membership_changed() -> None:
+    """After a resize or shrink (taiji.torch.elastic calls it on every member, joiners
+    included, at the same point): handles of the old membership are dropped, and
+    local_rank()/local_size() are counted again from host names, since the launcher's
+    variables describe the job as it started. A collective."""
+    global _local
+    p = peer()
+    _handles.clear()
+    _local = _count_local(p)
 
 
 def shutdown() -> None:

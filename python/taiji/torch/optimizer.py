@@ -159,6 +159,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     grad_acc.register_hook(self._make_hook(p))
                     self._grad_accs.append(grad_acc)
 
+    def _register_hooks_once(self) -> None:
+        # For a job whose size may change (taiji.torch.elastic): reduce even at size 1, as
+        # Horovod's optimizer does under HOROVOD_ELASTIC.
+        if not self._grad_accs:
+            self._register_hooks()
+
     def set_backward_passes_per_step(self, passes: int) -> None:
         self.backward_passes_per_step = passes
         for p in self._allreduce_delay:
