@@ -105,7 +105,9 @@ Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits,
   }
   if (h.cluster_version != limits.cluster_version) {
     return bad("cluster_version " + num(h.cluster_version) + " does not match " +
-               num(limits.cluster_version));
+               num(limits.cluster_version) + " (a member of cluster version " + num(h.cluster_version) +
+               " where this membership is version " + num(limits.cluster_version) +
+               ": a stale or partitioned peer)");
   }
   if (h.name_len > limits.max_name_len) {
     return bad("name_len " + num(h.name_len) + " exceeds cap " + num(limits.max_name_len));

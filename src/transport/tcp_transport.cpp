@@ -111,7 +111,8 @@ void TcpTransport::conn_failed(Conn* c, const Status& why) {
       // The acceptor refuses a handshake by closing: its own log says why.
       if (c->hs != nullptr && why.code() == Code::PeerLost) {
         what = "it closed the connection during the handshake (a job secret on one side only, "
-               "another job id, or another library version; rank " +
+               "another job id, another cluster version (a stale member), or another library "
+               "version; rank " +
                std::to_string(c->dial_rank) + "'s log says which): " + what;
       }
       finish_ready({code, "connection to rank " + std::to_string(c->dial_rank) + " failed: " + what});

@@ -132,7 +132,11 @@ static void finish(struct state *st) {
 }
 
 static void run_sizes(int *sizes, int n, struct state *st) {
-  if (taiji_peer_joined_version(peer) > 1) sync_state(st);  /* a joiner: state first */
+  if (taiji_peer_joined_version(peer) > 1) {  /* a joiner: where the members are after a resize */
+    sync_state(st);
+    taiji_status_t s = step(st);
+    if (s != TAIJI_OK) die("allreduce after joining", s);
+  }
   for (;;) {
     taiji_status_t s;
     if ((s = step(st)) != TAIJI_OK) die("allreduce", s);

@@ -107,9 +107,11 @@ std::vector<Attack> immediate_attacks() {
       {"src_rank = world size", hello(kJob, 2), "src_rank 2 not below world_size 2"},
       {"src_rank 2^32-1", hello(kJob, 0xFFFFFFFF), "src_rank 4294967295 not below world_size 2"},
       {"stale cluster version", edited_hello([](FrameHeader& h) { h.cluster_version = 0; }),
-       "cluster_version 0 does not match 1"},
+       "cluster_version 0 does not match 1 (a member of cluster version 0 where this "
+       "membership is version 1: a stale or partitioned peer)"},
       {"future cluster version", edited_hello([](FrameHeader& h) { h.cluster_version = 2; }),
-       "cluster_version 2 does not match 1"},
+       "cluster_version 2 does not match 1 (a member of cluster version 2 where this "
+       "membership is version 1: a stale or partitioned peer)"},
       {"a Data frame first", frame(data_header(), "w", garbage(8)),
        "frame of type 3 before the handshake finished"},
       {"a Ready frame first", frame(ready, "w"), "frame of type 2 before the handshake finished"},
