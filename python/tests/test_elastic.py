@@ -110,11 +110,14 @@ p.barrier("asked")
 wanted = np.array([p.requested_size() if p.rank == 0 else 0], np.int64)
 p.broadcast(wanted, "wanted", 0)
 changed, detached = p.resize(int(wanted[0]))
-emit("applied", wanted=int(wanted[0]), changed=changed, detached=detached,
-     requested=p.requested_size())
 if detached:
+    emit("applied", wanted=int(wanted[0]), changed=changed, detached=detached)
     p.close()
     sys.exit(0)
+# Once rank 0's resize has returned (it posts the barrier after), the request is used up.
+p.barrier("applied")
+emit("applied", wanted=int(wanted[0]), changed=changed, detached=detached,
+     requested=p.requested_size())
 
 # A lost rank: rank 2 dies without closing; the survivors shrink and go on.
 if p.rank == 2:
@@ -174,7 +177,8 @@ def test_peer_resize_shrink_and_versions_under_taiji_run_elastic():
             for x in s["joined"]] == [(3, 5, 3, 3, 4242), (4, 5, 3, 3, 4242)], out
     assert not first & {x["pid"] for x in s["joined"]}, out
     assert [(x["size"], x["sum"]) for x in s["grown"]] == [(5, 10)] * 5, out
-    # taiji-run --resize 3: every rank read 3, ranks 3 and 4 left, the request was used up.
+    # taiji-run --resize 3: every rank took rank 0's 3, ranks 3 and 4 left, and the request
+    # was used up (other ranks may read it before rank 0 has cleared it: hence the barrier).
     applied = s["applied"]
     assert [x["wanted"] for x in applied] == [3] * 5, out
     assert [(x["rank"], x["detached"]) for x in applied if x["detached"]] == \
