@@ -3,9 +3,10 @@
  * prints starts with a word the driver (elastic_test.py) reads:
  *
  *   start  rank=R size=S version=V joined=J pid=P
- *   step   rank=R size=S version=V step=N sum=X ok=0|1   after each checked allreduce
- *   resize rank=R size=S version=V ms=T                  after each resize (T: from the
- *                                                        call to the first allreduce after)
+ *   step   rank=R size=S version=V step=N sum=X ok=0|1 at=MS   after each checked allreduce
+ *   resize rank=R size=S version=V ms=T                  after each resize (T: from the call
+ *                                                        to the first allreduce completed on
+ *                                                        the new membership, before the state)
  *   lost   rank=R at=MS text=...                         PEER_LOST seen (CLOCK_REALTIME ms)
  *   shrink rank=R status=NAME size=S version=V at=MS ms=T text=...
  *   detached rank=R version=V
@@ -97,9 +98,9 @@ static taiji_status_t step(struct state *st) {
   taiji_status_t s = taiji_allreduce(peer, "elastic.step", &v, &sum, 1, TAIJI_I64, TAIJI_SUM, &opt, NULL);
   if (s != TAIJI_OK) return s;
   int64_t want = (int64_t)size * (size + 1) / 2 * 1000 + (int64_t)size * st->step;
-  say("step rank=%d size=%d version=%llu step=%lld sum=%lld ok=%d", rank, size,
+  say("step rank=%d size=%d version=%llu step=%lld sum=%lld ok=%d at=%.0f", rank, size,
       (unsigned long long)taiji_peer_cluster_version(peer), (long long)st->step, (long long)sum,
-      sum == want);
+      sum == want, wall_ms());
   if (sum != want) exit(1);
   st->step++;
   /* The model moves every step, the same way on every rank. */
@@ -122,6 +123,19 @@ static void sync_state(struct state *st) {
   }
 }
 
+/* The first op of a new membership, before any state: every rank adds 1. */
+static void first_allreduce(void) {
+  int64_t one = 1, sum = 0;
+  taiji_op_options_t opt = TAIJI_OP_OPTIONS_INIT;
+  opt.timeout_ms = timeout_ms;
+  taiji_status_t s = taiji_allreduce(peer, "elastic.first", &one, &sum, 1, TAIJI_I64, TAIJI_SUM, &opt, NULL);
+  if (s != TAIJI_OK) die("first allreduce", s);
+  if (sum != taiji_peer_size(peer)) {
+    say("error rank=%d what=first allreduce sum=%lld", taiji_peer_rank(peer), (long long)sum);
+    exit(1);
+  }
+}
+
 static void finish(struct state *st) {
   say("final rank=%d size=%d version=%llu steps=%lld digest=%016llx", taiji_peer_rank(peer),
       taiji_peer_size(peer), (unsigned long long)taiji_peer_cluster_version(peer), (long long)st->step,
@@ -133,6 +147,7 @@ static void finish(struct state *st) {
 
 static void run_sizes(int *sizes, int n, struct state *st) {
   if (taiji_peer_joined_version(peer) > 1) {  /* a joiner: where the members are after a resize */
+    first_allreduce();
     sync_state(st);
     taiji_status_t s = step(st);
     if (s != TAIJI_OK) die("allreduce after joining", s);
@@ -154,10 +169,11 @@ static void run_sizes(int *sizes, int n, struct state *st) {
       taiji_peer_destroy(peer);
       exit(s == TAIJI_OK ? 0 : 1);
     }
-    sync_state(st);
-    if ((s = step(st)) != TAIJI_OK) die("allreduce after resize", s);
+    first_allreduce();
     say("resize rank=%d size=%d version=%llu ms=%.1f", taiji_peer_rank(peer), taiji_peer_size(peer),
         (unsigned long long)taiji_peer_cluster_version(peer), mono_ms() - t0);
+    sync_state(st);
+    if ((s = step(st)) != TAIJI_OK) die("allreduce after resize", s);
   }
 }
 

@@ -119,8 +119,12 @@ class Store:
 class Job:
     """taiji-run --elastic over PEER, its output collected line by line."""
 
+    started = 0
+
     def __init__(self, np, args, etcd=None, job="elastic"):
-        self.job = f"{job}-{os.getpid()}"
+        # A job id of its own: an etcd keeps an earlier job's keys, addresses included.
+        Job.started += 1
+        self.job = f"{job}-{os.getpid()}-{Job.started}"
         port = free_port()
         store = ["--port", str(port)]
         address = f"127.0.0.1:{port}"
