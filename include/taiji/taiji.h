@@ -478,8 +478,9 @@ TAIJI_API taiji_status_t taiji_peer_split(taiji_peer_t *peer, int color, int key
  * others keep their rank. On return rank, size and taiji_peer_cluster_version (+1) are the
  * new ones on every member, and *changed = 1; a new_size equal to the size changes nothing
  * (*changed = 0). Ops posted before the call finish on the old membership (the call waits
- * for them, bounded by the deadline) or fail with ERR_ABORTED naming the resize; ops posted
- * after it run on the new membership. A member that does not call it makes the callers fail
+ * for them, at most half its deadline) or fail: ERR_PEER_LOST when a member left the old
+ * membership without posting it ("rank R has finalized"), else ERR_ABORTED; their requests
+ * stay valid. Ops posted after it run on the new membership. A member that does not call it makes the callers fail
  * with ERR_TIMEOUT, keeping the old membership. A failure after the members agreed (a
  * joiner that never comes) leaves the peer failed with that error (taiji_peer_async_error).
  * Blocks; not from a completion callback or inside a group. changed and detached may be

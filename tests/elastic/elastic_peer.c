@@ -24,6 +24,10 @@
  *                      reports what resize returned; then one more allreduce.
  *   --partial          only ranks below size/2 call resize (timeout --timeout-ms); the
  *                      others wait; then everybody allreduces on the old membership.
+ *   --inflight         before a resize to size - 1, every rank posts an allreduce they all
+ *                      post and rank 0 one that nobody else posts; prints how each ended
+ *                      (the first on the old membership, the second with an error) and
+ *                      that its request stayed valid, then allreduces on the new membership.
  *   --timeout-ms N     the deadline of resize and shrink (default 20000). */
 #define _POSIX_C_SOURCE 200809L
 #include <taiji/taiji.h>
@@ -177,6 +181,42 @@ static void run_sizes(int *sizes, int n, struct state *st) {
   }
 }
 
+static void run_inflight(struct state *st) {
+  taiji_status_t s;
+  if ((s = step(st)) != TAIJI_OK) die("allreduce", s);
+  int rank = taiji_peer_rank(peer), size = taiji_peer_size(peer);
+  int64_t v = rank + 1, sum = -1, lone = 7, lone_out = -1;
+  taiji_op_options_t opt = TAIJI_OP_OPTIONS_INIT;
+  opt.timeout_ms = timeout_ms;
+  taiji_request_t *shared = NULL, *orphan = NULL;
+  if ((s = taiji_allreduce(peer, "elastic.pending", &v, &sum, 1, TAIJI_I64, TAIJI_SUM, &opt, &shared)) != TAIJI_OK) {
+    die("post pending", s);
+  }
+  if (rank == 0 &&
+      (s = taiji_allreduce(peer, "elastic.orphan", &lone, &lone_out, 1, TAIJI_I64, TAIJI_SUM, &opt, &orphan)) !=
+          TAIJI_OK) {
+    die("post orphan", s);
+  }
+  int changed = 0, detached = 0;
+  if ((s = taiji_resize(peer, size - 1, &opt, &changed, &detached)) != TAIJI_OK) die("resize", s);
+  taiji_status_t a = taiji_request_wait(shared, 1000);
+  say("pending rank=%d status=%s sum=%lld want=%d", rank, taiji_status_name(a), (long long)sum,
+      size * (size + 1) / 2);
+  taiji_request_free(shared);
+  if (orphan) {
+    taiji_status_t b = taiji_request_wait(orphan, 1000);
+    say("orphan rank=%d status=%s text=%s", rank, taiji_status_name(b), taiji_request_error(orphan));
+    taiji_request_free(orphan);
+  }
+  if (detached) {
+    s = taiji_peer_finalize(peer);
+    taiji_peer_destroy(peer);
+    exit(s == TAIJI_OK ? 0 : 1);
+  }
+  first_allreduce();
+  finish(st);
+}
+
 static void run_stream(int after, struct state *st) {
   int done_after = 0, shrunk = 0;
   for (;;) {
@@ -205,7 +245,7 @@ static void run_stream(int after, struct state *st) {
 }
 
 int main(int argc, char **argv) {
-  int sizes[MAX_SIZES], n = 0, stream = 0, after = 20, propose = -1, partial = 0;
+  int sizes[MAX_SIZES], n = 0, stream = 0, after = 20, propose = -1, partial = 0, inflight = 0;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
       for (char *tok = strtok(argv[++i], ","); tok && n < MAX_SIZES; tok = strtok(NULL, ",")) sizes[n++] = atoi(tok);
@@ -215,6 +255,8 @@ int main(int argc, char **argv) {
       after = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--propose") && i + 1 < argc) {
       propose = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--inflight")) {
+      inflight = 1;
     } else if (!strcmp(argv[i], "--partial")) {
       partial = 1;
     } else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) {
@@ -235,6 +277,7 @@ int main(int argc, char **argv) {
   static struct state st;
   for (int i = 0; i < MODEL; ++i) st.model[i] = i;
   if (stream) run_stream(after, &st);
+  if (inflight) run_inflight(&st);
   if (propose >= 0 || partial) {
     if ((s = step(&st)) != TAIJI_OK) die("allreduce", s);
     int rank = taiji_peer_rank(peer), size = taiji_peer_size(peer), changed = -1, detached = -1;

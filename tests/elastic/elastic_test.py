@@ -19,6 +19,10 @@ process printed:
                   changes, the next allreduce runs on the old membership.
   partial         2 of 4 ranks call resize, the others never do: the callers time out
                   within the deadline and keep the old membership.
+  inflight        ops posted before a resize: one every rank posted finishes on the old
+                  membership with the right sum, one only rank 0 posted fails with
+                  ERR_ABORTED or ERR_PEER_LOST
+                  (the others left the old membership), naming it; both requests stay valid; the new membership then works.
   stale           a process of cluster version 1 meets a peer of version 2 (its address
                   put under the new version's key): both refuse, naming both versions.
 
@@ -292,6 +296,20 @@ def run_partial(etcd):
     print("ok: the callers timed out and kept the membership:", got["0"]["text"])
 
 
+def run_inflight(etcd):
+    job = Job(3, ["--inflight", "--timeout-ms", "3000"], etcd)
+    rc = job.finish()
+    job.check(rc == 0, f"taiji-run exited {rc}")
+    pending = job.records("pending")
+    job.check(len(pending) == 3 and all(p["status"] == "TAIJI_OK" and p["sum"] == p["want"] == "6"
+                                        for p in pending), f"pending {pending}")
+    orphan = job.records("orphan")
+    job.check(len(orphan) == 1 and orphan[0]["status"] in ("TAIJI_ERR_ABORTED", "TAIJI_ERR_PEER_LOST") and
+              "elastic.orphan" in orphan[0]["text"], f"orphan {orphan}")
+    check_finals(job, 2, 2)
+    print("ok: the shared op finished, the orphan:", orphan[0]["text"])
+
+
 def run_stale(etcd):
     # No launcher: two processes, the driver moving their addresses between version keys.
     job = f"stale-{os.getpid()}"
@@ -357,6 +375,8 @@ def main():
             run_mismatch(etcd)
         elif SCENARIO == "partial":
             run_partial(etcd)
+        elif SCENARIO == "inflight":
+            run_inflight(etcd)
         elif SCENARIO == "stale":
             run_stale(etcd)
         else:
