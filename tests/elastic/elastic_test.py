@@ -47,6 +47,9 @@ import store_tool  # noqa: E402  (the embedded store's wire format)
 
 PEER, RUN, SCENARIO, BACKEND = sys.argv[1:5]
 JOB_LIMIT_S = 120
+# The bounds below are scheduling allowances, not the runtime's deadlines; under a sanitizer
+# (the sanitizer passes set TAIJI_TEST_QUICK) slowed processes share two cores.
+SLACK = 2.5 if os.environ.get("TAIJI_TEST_QUICK", "0") not in ("", "0") else 1
 
 
 def free_port():
@@ -163,6 +166,7 @@ class Job:
         return out
 
     def wait_for(self, what, pred, limit_s=30):
+        limit_s *= SLACK
         deadline = time.monotonic() + limit_s
         while not pred():
             if time.monotonic() > deadline or self.proc.poll() is not None and not pred():
@@ -236,7 +240,7 @@ def run_kill(etcd, in_shrink):
     job.wait_for("PEER_LOST on every survivor", lambda: len(job.records("lost")) >= len(survivors))
     for lost in job.records("lost"):
         late = float(lost["at"]) - killed_at
-        job.check(late <= 2000, f"rank {lost['rank']} saw the loss {late:.0f} ms after the kill")
+        job.check(late <= 2000 * SLACK, f"rank {lost['rank']} saw the loss {late:.0f} ms after the kill")
     if not in_shrink:
         rc = job.finish()
         job.check(rc == 0, f"taiji-run exited {rc}")
@@ -263,7 +267,7 @@ def run_kill(etcd, in_shrink):
     job.check(len(shrinks) == 2, f"shrink lines {shrinks}")
     for s in shrinks:
         job.check(s["status"] != "TAIJI_OK", f"rank {s['rank']}'s shrink succeeded")
-        job.check(float(s["ms"]) <= 4000 + 1500, f"rank {s['rank']}'s shrink took {s['ms']} ms")
+        job.check(float(s["ms"]) <= 4000 + 1500 * SLACK, f"rank {s['rank']}'s shrink took {s['ms']} ms")
         job.check(f"rank {second}" in s["text"], f"the error does not name rank {second}: {s['text']}")
     job.check(rc != 0, "the job did not fail")
     print(f"ok: the shrink failed on both survivors: {shrinks[0]['status']} {shrinks[0]['text']}")
@@ -290,7 +294,7 @@ def run_partial(etcd):
     got = {g["rank"]: g for g in job.records("proposed")}
     for r in ("0", "1"):
         job.check(got[r]["status"] == "TAIJI_ERR_TIMEOUT", f"rank {r}: {got[r]}")
-        job.check(1900 <= float(got[r]["ms"]) <= 3500, f"rank {r} timed out after {got[r]['ms']} ms")
+        job.check(1900 <= float(got[r]["ms"]) <= 2000 + 1500 * SLACK, f"rank {r} timed out after {got[r]['ms']} ms")
         job.check(got[r]["size"] == "4" and got[r]["version"] == "1", f"rank {r} changed: {got[r]}")
     check_finals(job, 4, 1)
     print("ok: the callers timed out and kept the membership:", got["0"]["text"])
