@@ -72,10 +72,13 @@ RANK='echo "env $TAIJI_RANK $TAIJI_WORLD_SIZE $TAIJI_CLUSTER_VERSION $TAIJI_LOCA
 # start ARGS...: an elastic job in the background with RANK as its ranks; returns once the
 # store address is printed and N (the first of ARGS after -np) ranks are up.
 start() {
-  rm -f "$TMP"/done*
+  # The last job's output goes first: the background launcher truncates it only once it runs.
+  rm -f "$TMP"/done* "$TMP/out" "$TMP/err"
+  touch "$TMP/out" "$TMP/err"
   "$RUN" --timeout 60 "$@" sh -c "$RANK" "$TMP/done" >"$TMP/out" 2>"$TMP/err" </dev/null &
   LAUNCHER=$!
   wait_for 30 lines '^\[[0-9]*\] env' out "$NP" || fail "elastic job: the ranks did not start"
+  wait_for 10 lines '^taiji-run: elastic job' err 1 || fail "elastic job: no store address on stderr"
   ADDR=$(sed -n 's/^taiji-run: elastic job [^ ]*, store \([^ ]*\) .*/\1/p' "$TMP/err")
   [ -n "$ADDR" ] || fail "elastic job: no store address on stderr"
 }
