@@ -134,6 +134,72 @@ void ElasticWatch::loop() {
   }
 }
 
+taiji::Result<std::unique_ptr<ElasticClaims>> ElasticClaims::open(const std::string& address,
+                                                                  const std::string& job_id,
+                                                                  int64_t timeout_ms) {
+  auto opened = taiji::open_store(address, timeout_ms);
+  if (!opened.is_ok()) return opened.status();
+  return std::unique_ptr<ElasticClaims>(
+      new ElasticClaims(address, job_id, timeout_ms, std::move(opened.value())));
+}
+
+template <typename Fn>
+auto ElasticClaims::with_store(Fn&& fn) -> decltype(fn(std::declval<taiji::Store&>())) {
+  if (broken_) return *broken_;
+  for (int attempt = 0;; ++attempt) {
+    if (!store_) {
+      auto opened = taiji::open_store(address_, timeout_ms_);
+      if (!opened.is_ok()) {
+        broken_ = opened.status();
+        return *broken_;
+      }
+      store_ = std::move(opened.value());
+    }
+    auto result = fn(*store_);
+    if (result.is_ok()) return result;
+    const taiji::Code code = result.status().code();
+    if (code != taiji::Code::Io && code != taiji::Code::Bootstrap) return result;
+    store_.reset();
+    if (attempt > 0) {
+      broken_ = result.status();
+      return result;
+    }
+  }
+}
+
+taiji::Result<std::string> ElasticClaims::claim(int64_t version, int rank, const std::string& host) {
+  const std::string key = job_id_ + "/elastic/v" + std::to_string(version) + "/claim/" +
+                          std::to_string(rank);
+  return with_store([&](taiji::Store& s) -> taiji::Result<std::string> {
+    auto cas = s.compare_and_set(key, std::nullopt, host, timeout_ms_);
+    if (!cas.is_ok()) return cas.status();
+    if (!cas.value().current) {
+      return taiji::Status(taiji::Code::Protocol, key + " is absent right after a claim");
+    }
+    return *cas.value().current;
+  });
+}
+
+taiji::Result<int64_t> ElasticClaims::add_running(int64_t delta) {
+  const std::string key = elastic_key(job_id_, "running");
+  return with_store([&](taiji::Store& s) { return s.add(key, delta, timeout_ms_); });
+}
+
+taiji::Result<std::optional<int64_t>> ElasticClaims::running() {
+  const std::string key = elastic_key(job_id_, "running");
+  return with_store([&](taiji::Store& s) -> taiji::Result<std::optional<int64_t>> {
+    auto got = s.watch(key, kNever, timeout_ms_);
+    if (!got.is_ok()) return got.status();
+    if (!got.value()) return std::optional<int64_t>();
+    char* end = nullptr;
+    const long long n = std::strtoll(got.value()->c_str(), &end, 10);
+    if (got.value()->empty() || *end != '\0') {
+      return taiji::Status(taiji::Code::Protocol, key + " holds '" + *got.value() + "', not a count");
+    }
+    return std::optional<int64_t>(n);
+  });
+}
+
 int run_resize(const Options& opts) {
   const int64_t timeout_ms = static_cast<int64_t>((opts.timeout_s > 0 ? opts.timeout_s : 5) * 1000);
   auto fail = [&](const std::string& why) {

@@ -5,6 +5,8 @@
 // Keys, for job id J: "J/elastic/cluster" = "<version> <size>" (written by rank 0 when a
 // membership starts; version 1 by taiji-run), "J/elastic/request" = "<size>" (an operator's
 // request; "0" or absent: none), "J/elastic/limits" = "<min> <max>" (written by taiji-run).
+// With --hosts also "J/elastic/v<V>/claim/<r>" = the host that starts rank r of membership V
+// (the first launcher to set it), and "J/elastic/running" = the processes the launchers run.
 #pragma once
 
 #include <atomic>
@@ -72,6 +74,40 @@ class ElasticWatch {
   std::vector<Event> events_;  // guarded by mu_
   std::atomic<bool> stop_{false};
   std::thread thread_;
+};
+
+// The poll loop's own connection to the store, for a multi-host elastic job: the claims on
+// the ranks a grow adds and the count of processes running on all hosts. Each call blocks
+// for at most the timeout given to open(); after a call fails to reach the store, the
+// following ones fail at once (the job's store is gone: nothing more to coordinate).
+class ElasticClaims {
+ public:
+  static taiji::Result<std::unique_ptr<ElasticClaims>> open(const std::string& address,
+                                                            const std::string& job_id,
+                                                            int64_t timeout_ms);
+  // Claims rank `rank` of membership `version` for `host` unless a launcher did already;
+  // returns the host that holds the claim (`host`: this launcher won it).
+  taiji::Result<std::string> claim(int64_t version, int rank, const std::string& host);
+  // Adds delta to J/elastic/running; returns the new count.
+  taiji::Result<int64_t> add_running(int64_t delta);
+  // J/elastic/running; std::nullopt while absent (no launcher has started a process yet).
+  taiji::Result<std::optional<int64_t>> running();
+
+ private:
+  ElasticClaims(std::string address, std::string job_id, int64_t timeout_ms,
+                std::unique_ptr<taiji::Store> store)
+      : address_(std::move(address)), job_id_(std::move(job_id)), timeout_ms_(timeout_ms),
+        store_(std::move(store)) {}
+  // Runs fn on the store, with one fresh connection when the old one was closed (the
+  // embedded store closes idle ones).
+  template <typename Fn>
+  auto with_store(Fn&& fn) -> decltype(fn(std::declval<taiji::Store&>()));
+
+  std::string address_;
+  std::string job_id_;
+  int64_t timeout_ms_;
+  std::unique_ptr<taiji::Store> store_;
+  std::optional<taiji::Status> broken_;  // why the store could not be reached
 };
 
 // taiji-run --resize N --store ADDR --job-id J: checks N against J/elastic/limits and writes

@@ -14,6 +14,7 @@ const char kUsage[] =
     "usage: taiji-run -np N [options] [--] prog [args...]\n"
     "       taiji-run --hosts h1:n1,h2:n2,... --self hK [options] [--] prog [args...]\n"
     "       taiji-run -np N --elastic [--min-np MIN] [--max-np MAX] [options] [--] prog [args...]\n"
+    "       taiji-run --hosts LIST --self hK --elastic [-np N] [options] [--] prog [args...]\n"
     "       taiji-run --resize N --store ADDR --job-id ID [--timeout SECS]\n"
     "\n"
     "Starts the ranks of a taiji job. Each rank gets TAIJI_RANK, TAIJI_WORLD_SIZE,\n"
@@ -24,7 +25,7 @@ const char kUsage[] =
     "\n"
     "options:\n"
     "  -np N             number of ranks (single host: required; with --hosts: optional,\n"
-    "                    must equal the sum of the counts)\n"
+    "                    must equal the sum of the counts, or with --elastic be at most it)\n"
     "  --hosts LIST      multi-host job: host:count entries in rank order (the ranks of the\n"
     "                    first entry come first). Every host runs the same command with its\n"
     "                    own --self; the first host serves the rendezvous on its address.\n"
@@ -40,9 +41,10 @@ const char kUsage[] =
     "                    every connection between them is authenticated\n"
     "  --secret-file F   every rank authenticates with the secret in F (TAIJI_SECRET_FILE);\n"
     "                    for multi-host jobs, F must hold the same secret on every host\n"
-    "  --elastic         follow the job's membership in the store (single host): start the\n"
-    "                    ranks a grow asks for; a rank that fails or is dropped leaves the job\n"
-    "                    instead of stopping it, down to --min-np (see docs/launcher.md)\n"
+    "  --elastic         follow the job's membership in the store: start the ranks a grow\n"
+    "                    asks for (with --hosts: on hosts with free slots, claimed through the\n"
+    "                    store); a rank that fails or is dropped leaves the job instead of\n"
+    "                    stopping it, down to --min-np (see docs/launcher.md)\n"
     "  --min-np MIN      elastic: stop the job when fewer than MIN ranks are left (default 1)\n"
     "  --max-np MAX      elastic: never run more than MAX ranks (default 1048576)\n"
     "  --resize N        ask the elastic job --job-id for N ranks and exit: writes the request\n"
@@ -204,10 +206,6 @@ Options parse_run_options(int argc, char** argv) {
   }
   if (o.command.empty()) usage_error("no program given");
   if ((have_min || have_max) && !o.elastic) usage_error("--min-np and --max-np need --elastic");
-  if (o.elastic && have_hosts) {
-    usage_error("--elastic runs on one host only (no --hosts): ranks that join could not be "
-                "placed on the other hosts");
-  }
   if (o.generate_secret && !o.secret_file.empty()) {
     usage_error("--secret and --secret-file exclude each other");
   }
@@ -225,11 +223,16 @@ Options parse_run_options(int argc, char** argv) {
     }
     if (sum > (1 << 20)) usage_error("--hosts lists more than 1048576 ranks");
     if (matches != 1) usage_error("--self '" + o.self + "' must name exactly one --hosts entry");
-    if (o.np != -1 && o.np != sum) {
+    // Elastic: the counts are the hosts' slots, and the job may start on fewer of them.
+    if (o.elastic && o.np > sum) {
+      usage_error("-np " + std::to_string(o.np) + " is more than the " + std::to_string(sum) +
+                  " slots listed in --hosts");
+    }
+    if (!o.elastic && o.np != -1 && o.np != sum) {
       usage_error("-np " + std::to_string(o.np) + " differs from the " + std::to_string(sum) +
                   " ranks listed in --hosts");
     }
-    o.np = static_cast<int>(sum);
+    if (o.np == -1 || !o.elastic) o.np = static_cast<int>(sum);
     if (o.port >= 0 && !o.store.empty()) usage_error("--port and --store exclude each other");
     if (o.port == 0) usage_error("--port must be 1..65535 with --hosts");
     if (o.port < 0) o.port = 29400;

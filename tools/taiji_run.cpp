@@ -24,17 +24,15 @@
 #include <string>
 #include <vector>
 
-#include "elastic_watch.h"
 #include "job_secret.h"
-#include "run_options.h"
+#include "launcher.h"
 #include "bootstrap/rendezvous.h"
 
 extern char** environ;
 
-namespace {
+namespace taiji_run {
 
-using Clock = std::chrono::steady_clock;
-using taiji_run::Options;
+namespace {
 
 constexpr auto kKillGrace = std::chrono::seconds(3);
 constexpr size_t kMaxLine = 64 * 1024;  // a longer line is printed in pieces
@@ -82,64 +80,9 @@ void write_all(int fd, const std::string& data) {
   }
 }
 
+}  // namespace
+
 void say(const std::string& message) { write_all(2, "taiji-run: " + message + "\n"); }
-
-struct Stream {
-  int fd = -1;
-  int out_fd = 1;
-  std::string buf;
-};
-
-struct Child {
-  int rank = 0;
-  pid_t pid = -1;
-  bool running = false;
-  Stream out, err;
-  // Leads a process group of its own, so that a signal reaches what it started too.
-  bool own_group = false;
-  bool detached = false;  // elastic: dropped by a smaller membership, exits by itself
-};
-
-class Launcher {
- public:
-  explicit Launcher(Options o) : opts_(std::move(o)) {}
-  int run();
-
- private:
-  bool spawn(int rank, int local_rank, int local_size, const std::string& path,
-             const std::map<std::string, std::string>& vars);
-  void pump(Stream& s, int rank, bool final_drain);
-  void reap();
-  // Elastic: a member or detached rank ended (failed: nonzero exit or signal).
-  void elastic_ended(size_t index, bool failed, int code, const std::string& what);
-  // Elastic: J/elastic/cluster changed; starts the ranks a grow adds or detaches the
-  // ranks a smaller membership leaves out.
-  void elastic_change(const taiji_run::Membership& m);
-  int running_members() const;
-  // Sends sig to every rank's process group (from_terminal: not to a rank that shares
-  // ours, which the terminal signalled itself), then SIGKILL after the grace period.
-  void stop(int sig, bool from_terminal = false);
-  void notify(int sig);
-  // Whatever the ranks started that is still running once they have all exited.
-  void kill_leftovers();
-  int running_count() const;
-  std::string others(int n) const {
-    return std::to_string(n) + (n == 1 ? " rank" : " ranks");
-  }
-
-  Options opts_;
-  std::vector<Child> children_;
-  std::optional<int> exit_code_;
-  bool stopping_ = false;
-  std::optional<rlimit> ranks_nofile_;  // the descriptor limit the ranks start with
-  std::optional<Clock::time_point> kill_at_;
-  std::string path_;                          // the program every rank runs
-  std::map<std::string, std::string> vars_;   // the TAIJI_* variables common to all ranks
-  // Elastic: children_ indices of the job's members in rank order, and the membership
-  // version they belong to.
-  std::vector<size_t> members_;
-  int64_t version_ = 1;
-};
 
 int Launcher::running_count() const {
   int n = 0;
@@ -232,6 +175,10 @@ void Launcher::reap() {
     int code = exited ? status : 128 + status;
     std::string what = exited ? "exited with code " + std::to_string(code)
                               : "killed by signal " + std::to_string(status) + " (" + strsignal(status) + ")";
+    if (across_hosts()) {
+      hosts_ended(i, failed, code, what);
+      continue;
+    }
     if (opts_.elastic && !stopping_) {
       elastic_ended(i, failed, code, what);
       continue;
@@ -242,75 +189,6 @@ void Launcher::reap() {
         (left > 0 ? "; stopping the other " + others(left) : ""));
     exit_code_ = code;
     stop(SIGTERM);
-  }
-}
-
-int Launcher::running_members() const {
-  int n = 0;
-  for (size_t i : members_) n += children_[i].running;
-  return n;
-}
-
-// A member that fails leaves the job: the survivors shrink and renumber densely in the old
-// order, which is this list without it. Its exit code ends the job only when too few
-// members are left running.
-void Launcher::elastic_ended(size_t index, bool failed, int code, const std::string& what) {
-  const std::string name = "rank " + std::to_string(children_[index].rank);
-  auto it = std::find(members_.begin(), members_.end(), index);
-  if (it == members_.end()) {
-    if (failed) say(name + " (detached) " + what + "; the job goes on");
-    return;
-  }
-  if (!failed) return;
-  members_.erase(it);
-  const int left = running_members();
-  if (left >= opts_.min_np) {
-    say(name + " " + what + "; it leaves the job, " + others(left) + (left == 1 ? " goes" : " go") +
-        " on (elastic)");
-    return;
-  }
-  say(name + " " + what);
-  say(others(left) + " left, below --min-np " + std::to_string(opts_.min_np) +
-      "; stopping the job");
-  exit_code_ = code;
-  stop(SIGTERM);
-}
-
-void Launcher::elastic_change(const taiji_run::Membership& m) {
-  // The survivors agree on a shrink only after a member died, so it is a zombie by now:
-  // out of the list first, or the sizes below would drop a live one.
-  reap();
-  if (stopping_ || m.version <= version_) return;
-  version_ = m.version;
-  const int have = static_cast<int>(members_.size());
-  const std::string head = "membership version " + std::to_string(m.version) + " has " +
-                           others(static_cast<int>(std::min<int64_t>(m.size, 1 << 30)));
-  if (m.size > have) {
-    const std::string ranks = std::to_string(have) + ".." + std::to_string(m.size - 1);
-    if (m.size > opts_.max_np) {
-      say(head + ", above --max-np " + std::to_string(opts_.max_np) + "; not starting ranks " +
-          ranks);
-      return;
-    }
-    say(head + "; starting ranks " + ranks);
-    std::map<std::string, std::string> vars = vars_;
-    vars["TAIJI_WORLD_SIZE"] = std::to_string(m.size);
-    vars["TAIJI_CLUSTER_VERSION"] = std::to_string(m.version);
-    for (int r = have; r < m.size; ++r) {
-      if (!spawn(r, r, static_cast<int>(m.size), path_, vars)) {
-        say("cannot start rank " + std::to_string(r) + ": " + std::strerror(errno) +
-            "; the job goes on without it");
-        break;
-      }
-    }
-  } else if (m.size < have) {
-    std::string left;
-    for (size_t i = static_cast<size_t>(m.size); i < members_.size(); ++i) {
-      children_[members_[i]].detached = true;
-      left += (left.empty() ? "" : ", ") + std::to_string(children_[members_[i]].rank);
-    }
-    members_.resize(static_cast<size_t>(m.size));
-    say(head + "; detached (exiting by themselves): rank " + left);
   }
 }
 
@@ -378,7 +256,16 @@ bool Launcher::spawn(int rank, int local_rank, int local_size, const std::string
   fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
   fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
   children_.push_back({rank, pid, true, {out_pipe[0], 1, {}}, {err_pipe[0], 2, {}}, own_group});
-  if (opts_.elastic) members_.push_back(children_.size() - 1);
+  children_.back().slot = local_rank;
+  if (across_hosts()) {
+    said_waiting_ = false;
+    if (claims_) {
+      auto n = claims_->add_running(1);
+      if (!n.is_ok()) say("elastic: cannot count rank " + std::to_string(rank) + " in: " + n.status().message());
+    }
+  } else if (opts_.elastic) {
+    members_.push_back(children_.size() - 1);
+  }
   return true;
 }
 
@@ -416,7 +303,9 @@ int Launcher::run() {
     return 1;
   }
 
-  int first_rank = 0, local_size = opts_.np;
+  // An elastic job may start with fewer ranks than --hosts has slots: they fill the hosts
+  // in order, and the rest of each host's count is free for the ranks a grow adds.
+  int first_rank = 0, local_size = opts_.np, starting = opts_.np;
   std::string rdv_host = "127.0.0.1", listen_host = "127.0.0.1";
   bool serve = true;
   if (!opts_.hosts.empty()) {
@@ -426,6 +315,7 @@ int Launcher::run() {
     for (const auto& h : opts_.hosts) {
       if (h.host == opts_.self) {
         local_size = h.count;
+        starting = std::clamp(opts_.np - first_rank, 0, h.count);
         break;
       }
       first_rank += h.count;
@@ -482,9 +372,19 @@ int Launcher::run() {
     watch = std::move(w.value());
     say("elastic job " + job + ", store " + address + " (resize with: taiji-run --resize N --store " +
         address + " --job-id " + job + ")");
+    if (across_hosts()) {
+      auto c = taiji_run::ElasticClaims::open(address, job, 10000);
+      if (!c.is_ok()) {
+        say("elastic: cannot use the store at " + address + ": " + c.status().message());
+        return 1;
+      }
+      claims_ = std::move(c.value());
+      slots_ = local_size;
+      cluster_size_ = opts_.np;
+    }
   }
 
-  for (int i = 0; i < local_size; ++i) {
+  for (int i = 0; i < starting; ++i) {
     if (!spawn(first_rank + i, i, local_size, *path, vars)) {
       std::string why = std::strerror(errno);
       say("cannot start rank " + std::to_string(first_rank + i) + ": " + why +
@@ -502,7 +402,7 @@ int Launcher::run() {
   }
   std::vector<pollfd> fds;
   std::vector<std::pair<Stream*, int>> streams;
-  while (running_count() > 0) {
+  while (running_count() > 0 || job_goes_on()) {
     fds.assign(1, {sig_fd, POLLIN, 0});
     if (watch) fds.push_back({watch->fd(), POLLIN, 0});
     const size_t first_stream = fds.size();
@@ -517,6 +417,9 @@ int Launcher::run() {
     std::optional<Clock::time_point> wake;
     if (kill_at_) wake = kill_at_;
     if (job_deadline && !stopping_) wake = wake ? std::min(*wake, *job_deadline) : *job_deadline;
+    if (running_count() == 0 && next_count_check_) {
+      wake = wake ? std::min(*wake, *next_count_check_) : *next_count_check_;
+    }
     int timeout = -1;
     if (wake) {
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*wake - Clock::now()).count();
@@ -558,17 +461,19 @@ int Launcher::run() {
     reap();
     if (watch && rc > 0 && fds[1].revents != 0) {
       for (auto& e : watch->take()) {
-        if (e.membership) elastic_change(*e.membership);
+        if (e.membership && across_hosts()) hosts_change(*e.membership);
+        else if (e.membership) elastic_change(*e.membership);
         else say("elastic: " + e.message);
       }
     }
-    if (watch && !stopping_ && running_members() == 0 && running_count() > 0) {
+    if (watch && !across_hosts() && !stopping_ && running_members() == 0 && running_count() > 0) {
       say("the job's ranks have ended; stopping " + others(running_count()) +
           " detached and still running");
       stop(SIGTERM);
     }
     auto now = Clock::now();
-    if (job_deadline && !stopping_ && now >= *job_deadline && running_count() > 0) {
+    if (job_deadline && !stopping_ && now >= *job_deadline &&
+        (running_count() > 0 || across_hosts())) {
       char secs[32];
       std::snprintf(secs, sizeof(secs), "%g", opts_.timeout_s);
       say(std::string("timeout: the job is still running after ") + secs + " s; stopping " +
@@ -593,14 +498,15 @@ int Launcher::run() {
     }
   }
   close(sig_fd);
-  return exit_code_.value_or(0);
+  // Across hosts, a launcher knows no membership: its last process's status stands for it.
+  return exit_code_.value_or(last_end_.value_or(0));
 }
 
-}  // namespace
+}  // namespace taiji_run
 
 int main(int argc, char** argv) {
-  Options opts = taiji_run::parse_run_options(argc, argv);
+  taiji_run::Options opts = taiji_run::parse_run_options(argc, argv);
   if (opts.resize > 0) return taiji_run::run_resize(opts);
-  Launcher launcher(std::move(opts));
+  taiji_run::Launcher launcher(std::move(opts));
   return launcher.run();
 }

@@ -86,7 +86,7 @@ start() {
 # --- usage ----------------------------------------------------------------------------
 for args in "-np 2 --elastic --min-np 3 true" "-np 4 --elastic --max-np 3 true" \
   "-np 2 --elastic --min-np 0 true" "-np 2 --min-np 1 true" "-np 2 --max-np 4 true" \
-  "--hosts 127.0.0.1:2 --self 127.0.0.1 --elastic true" \
+  "--hosts 127.0.0.1:2 --self 127.0.0.1 --elastic -np 3 true" \
   "--resize 3 --job-id j" "--resize 3 --store 127.0.0.1:1" "--resize 0 --store 127.0.0.1:1 --job-id j" \
   "--resize x --store 127.0.0.1:1 --job-id j" "--resize -1 --store 127.0.0.1:1 --job-id j" \
   "--resize 2 --store nowhere --job-id j" "--resize 2 --store 127.0.0.1:1 --job-id j true" \
