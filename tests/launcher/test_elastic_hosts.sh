@@ -20,42 +20,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { echo "ok - $1"; }
-fail() {
-  echo "FAIL - $1" >&2
-  for f in "$TMP"/{a,b}.{out,err}; do
-    if [ -s "$f" ]; then echo "--- $(basename "$f"):" >&2; cat "$f" >&2; fi
-  done
-  exit 1
-}
-store() { timeout -s KILL 10 python3 "$TOOL" "$ADDR" "$@"; }
+FAIL_FILES="$(echo "$TMP"/a.out "$TMP"/a.err "$TMP"/b.out "$TMP"/b.err)"
+. "$(dirname "$0")/lib.sh"
 
-# wait_for SECONDS COMMAND...: true once COMMAND succeeds, false if it never does in time.
-wait_for() {
-  local tenths=$(($1 * 10)) i
-  shift
-  for ((i = 0; i < tenths; i++)); do
-    "$@" && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
-# wait_bounded PID SECONDS: waits for a background job; sets RC (255: still running, killed).
-wait_bounded() {
-  local pid=$1 tenths=$(($2 * 10)) i
-  for ((i = 0; i < tenths; i++)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      RC=0
-      wait "$pid" || RC=$?
-      return 0
-    fi
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" || true
-  RC=255
-}
 
 count() { cat "$TMP"/a.out "$TMP"/b.out | grep -c "$1" || true; }
 lines() { [ "$(grep -c "$1" "$TMP/$2" || true)" -ge "$3" ]; }

@@ -9,14 +9,7 @@ unset TAIJI_LISTEN_HOST TAIJI_RANK TAIJI_WORLD_SIZE TAIJI_RENDEZVOUS TAIJI_JOB_I
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-ok() { echo "ok - $1"; }
-fail() {
-  echo "FAIL - $1" >&2
-  for f in "$TMP"/out "$TMP"/err; do
-    if [ -s "$f" ]; then echo "--- $(basename "$f"):" >&2; cat "$f" >&2; fi
-  done
-  exit 1
-}
+. "$(dirname "$0")/lib.sh"
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 # run ARGS...: runs taiji-run (killed after 20 s at most) with stdout and stderr captured
@@ -29,21 +22,6 @@ run() {
   ELAPSED_MS=$(($(now_ms) - t0))
 }
 
-# wait_bounded PID SECONDS: waits for a background job; sets RC (255: still running, killed).
-wait_bounded() {
-  local pid=$1 tenths=$(($2 * 10)) i
-  for ((i = 0; i < tenths; i++)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      RC=0
-      wait "$pid" || RC=$?
-      return 0
-    fi
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" || true
-  RC=255
-}
 
 # --- output and environment ---------------------------------------------------------
 run -np 3 sh -c 'echo hi $TAIJI_RANK/$TAIJI_WORLD_SIZE'
