@@ -510,3 +510,11 @@ TEST_CASE("config: fusion is off unless TAIJI_FUSION turns it on; its sizes are 
   CHECK(contains(error({{"TAIJI_FUSION_MAX_OP_BYTES", "1M"}, {"TAIJI_FUSION_BUFFER_BYTES", "64K"}}),
                  "fusion buffer"));
 }
+
+TEST_CASE("config: the cluster version a process joins at", "[config]") {
+  CHECK(ok({}).cluster_version == 1);
+  CHECK(ok({{"TAIJI_CLUSTER_VERSION", "7"}}).cluster_version == 7);
+  CHECK(ok({{"TAIJI_CLUSTER_VERSION", "4294967295"}}).cluster_version == 4294967295u);
+  CHECK(contains(error({{"TAIJI_CLUSTER_VERSION", "0"}}), "TAIJI_CLUSTER_VERSION='0' is not a positive integer"));
+  CHECK(contains(error({{"TAIJI_CLUSTER_VERSION", "4294967296"}}), "TAIJI_CLUSTER_VERSION='4294967296' is out of range"));
+}
