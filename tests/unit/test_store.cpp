@@ -1,5 +1,6 @@
-// The store's additions for elastic membership (add, compare-and-set, delete, watch) over
-// real sockets on loopback, through the Store interface, and their bad inputs.
+// The embedded store's own edges over real sockets on loopback: what its client refuses
+// before sending, malformed requests, the server's bounds, the wire format. The Store
+// contract itself, on both backends, is in test_store_contract.cpp.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -19,13 +20,8 @@
 #include "bootstrap/store_wire.h"
 
 using namespace taiji;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-int64_t ms_since(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-}
 
 std::unique_ptr<RendezvousServer> start_server(RendezvousLimits limits = {}) {
   auto r = RendezvousServer::start("127.0.0.1", 0, limits);
@@ -50,168 +46,6 @@ std::string u32le(uint32_t v) {
 const std::string kBadReply = store_wire::encode_reply(store_wire::kStatusBadRequest, {});
 
 }  // namespace
-
-TEST_CASE("store add counts from zero, atomically across clients", "[store]") {
-  auto server = start_server();
-  auto c = connect_to(*server);
-  Store& store = *c;
-  auto first = store.add("n", 5, 2000);
-  REQUIRE(first.is_ok());
-  CHECK(first.value() == 5);
-  CHECK(store.add("n", -7, 2000).value() == -2);
-  CHECK(store.get("n", 1000).value() == "-2");  // decimal text, readable by get
-
-  constexpr int kClients = 4, kAdds = 50;
-  std::vector<std::future<bool>> workers;
-  for (int i = 0; i < kClients; ++i) {
-    workers.push_back(std::async(std::launch::async, [&] {
-      auto own = RendezvousClient::connect("127.0.0.1:" + std::to_string(server->port()), 5000);
-      if (!own.is_ok()) return false;
-      for (int k = 0; k < kAdds; ++k) {
-        if (!own.value()->add("shared", 1, 5000).is_ok()) return false;
-      }
-      return true;
-    }));
-  }
-  for (auto& w : workers) {
-    REQUIRE(w.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
-    CHECK(w.get());
-  }
-  CHECK(store.add("shared", 0, 2000).value() == kClients * kAdds);
-}
-
-TEST_CASE("store add refuses a value that is not a counter, and overflow", "[store]") {
-  auto server = start_server();
-  auto c = connect_to(*server);
-  REQUIRE(c->set("text", "abc", 2000).is_ok());
-  auto r = c->add("text", 1, 2000);
-  CHECK(r.status().code() == Code::InvalidArgument);
-  CHECK_THAT(r.status().message(), Catch::Contains("not a counter"));
-  CHECK(c->get("text", 1000).value() == "abc");
-  REQUIRE(c->set("big", std::to_string(INT64_MAX), 2000).is_ok());
-  CHECK(c->add("big", 1, 2000).status().code() == Code::InvalidArgument);
-  CHECK(c->get("big", 1000).value() == std::to_string(INT64_MAX));
-  // The connection stays usable after a refusal.
-  CHECK(c->add("fresh", 3, 2000).value() == 3);
-}
-
-TEST_CASE("store compare-and-set: swap, no swap, absent", "[store]") {
-  auto server = start_server();
-  auto c = connect_to(*server);
-  Store& store = *c;
-
-  auto created = store.compare_and_set("k", std::nullopt, "one", 2000);
-  REQUIRE(created.is_ok());
-  CHECK(created.value().swapped);
-  CHECK(created.value().current == std::optional<std::string>("one"));
-
-  auto exists = store.compare_and_set("k", std::nullopt, "other", 2000);
-  REQUIRE(exists.is_ok());
-  CHECK_FALSE(exists.value().swapped);
-  CHECK(exists.value().current == std::optional<std::string>("one"));
-
-  auto wrong = store.compare_and_set("k", std::string("two"), "three", 2000);
-  REQUIRE(wrong.is_ok());
-  CHECK_FALSE(wrong.value().swapped);
-  CHECK(wrong.value().current == std::optional<std::string>("one"));
-
-  auto swapped = store.compare_and_set("k", std::string("one"), "", 2000);
-  REQUIRE(swapped.is_ok());
-  CHECK(swapped.value().swapped);
-  CHECK(swapped.value().current == std::optional<std::string>(""));
-  CHECK(store.get("k", 1000).value() == "");
-
-  auto missing = store.compare_and_set("nope", std::string(""), "x", 2000);
-  REQUIRE(missing.is_ok());
-  CHECK_FALSE(missing.value().swapped);
-  CHECK_FALSE(missing.value().current.has_value());
-  CHECK(store.get("nope", 0).status().code() == Code::Timeout);
-}
-
-TEST_CASE("store delete removes a key and says whether it was there", "[store]") {
-  auto server = start_server();
-  auto c = connect_to(*server);
-  Store& store = *c;
-  REQUIRE(store.set("k", "v", 2000).is_ok());
-  CHECK(store.remove("k", 2000).value() == true);
-  CHECK(store.get("k", 0).status().code() == Code::Timeout);
-  CHECK(store.remove("k", 2000).value() == false);
-  // A deleted counter starts again from zero.
-  CHECK(store.add("k", 2, 2000).value() == 2);
-}
-
-TEST_CASE("store watch sees a change and a delete", "[store]") {
-  auto server = start_server();
-  auto watcher = connect_to(*server);
-  auto writer = connect_to(*server);
-  REQUIRE(writer->set("k", "v1", 2000).is_ok());
-
-  auto t0 = Clock::now();
-  auto changed = std::async(std::launch::async,
-                            [&] { return watcher->watch("k", std::string("v1"), 10000); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  // Setting the same value is no change.
-  REQUIRE(writer->set("k", "v1", 2000).is_ok());
-  CHECK(changed.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
-  REQUIRE(writer->set("k", "v2", 2000).is_ok());
-  REQUIRE(changed.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-  auto seen = changed.get();
-  INFO(seen.status().message());
-  REQUIRE(seen.is_ok());
-  CHECK(seen.value() == std::optional<std::string>("v2"));
-  CHECK(ms_since(t0) >= 350);
-
-  auto deleted = std::async(std::launch::async,
-                            [&] { return watcher->watch("k", std::string("v2"), 10000); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  REQUIRE(writer->remove("k", 2000).value());
-  REQUIRE(deleted.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-  auto gone = deleted.get();
-  REQUIRE(gone.is_ok());
-  CHECK_FALSE(gone.value().has_value());
-
-  // Watching for a key to appear; an add, a compare-and-set and a delete all wake watches.
-  auto appears = std::async(std::launch::async,
-                            [&] { return watcher->watch("k", std::nullopt, 10000); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  REQUIRE(writer->add("k", 7, 2000).is_ok());
-  REQUIRE(appears.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-  CHECK(appears.get().value() == std::optional<std::string>("7"));
-  auto cas = std::async(std::launch::async,
-                        [&] { return watcher->watch("k", std::string("7"), 10000); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  REQUIRE(writer->compare_and_set("k", std::string("7"), "8", 2000).value().swapped);
-  REQUIRE(cas.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-  CHECK(cas.get().value() == std::optional<std::string>("8"));
-}
-
-TEST_CASE("store watch answers at once when the key already differs from what is known",
-          "[store]") {
-  auto server = start_server();
-  auto c = connect_to(*server);
-  REQUIRE(c->set("k", "new", 2000).is_ok());
-  auto t0 = Clock::now();
-  CHECK(c->watch("k", std::string("old"), 10000).value() == std::optional<std::string>("new"));
-  CHECK(c->watch("k", std::nullopt, 10000).value() == std::optional<std::string>("new"));
-  CHECK_FALSE(c->watch("absent", std::string("old"), 10000).value().has_value());
-  CHECK(ms_since(t0) < 5000);
-}
-
-TEST_CASE("store watch ends at its deadline", "[store]") {
-  auto server = start_server();
-  auto c = connect_to(*server);
-  REQUIRE(c->set("k", "v", 2000).is_ok());
-  auto t0 = Clock::now();
-  auto r = c->watch("k", std::string("v"), 300);
-  const int64_t elapsed = ms_since(t0);
-  CHECK(r.status().code() == Code::Timeout);
-  CHECK_THAT(r.status().message(), Catch::Contains("did not change"));
-  CHECK(elapsed >= 250);
-  CHECK(elapsed < 5000);
-  CHECK(c->watch("k", std::string("v"), 0).status().code() == Code::Timeout);
-  // A timed-out watch leaves the connection usable.
-  CHECK(c->get("k", 1000).value() == "v");
-}
 
 TEST_CASE("store client refuses oversized keys and values before sending", "[store]") {
   auto server = start_server();
