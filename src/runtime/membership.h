@@ -8,8 +8,8 @@
 // old version from then on; then every listener is told in the order it registered (the
 // host backend, op posting, the peer).
 // Losing a link is an event of the membership too: the ops that need the lost rank fail
-// (the engine's part), and the membership decides what the peer does next. Without a way
-// to continue on fewer ranks, that is a sticky PeerLost for the peer.
+// (the engine's part), and the membership decides what the peer does next: a sticky
+// PeerLost for the peer, until taiji_shrink continues on fewer ranks with a new Peer.
 #pragma once
 
 #include <atomic>
@@ -45,7 +45,8 @@ class Membership {
   void add_listener(ClusterListener* listener) { listeners_.push_back(listener); }
   // I/O thread: the membership-change path. InvalidArgument (nothing changes) unless the
   // version rises, rank is within size and addresses and hosts are given for every rank;
-  // Unsupported for a change of rank or size (elastic membership is still to come).
+  // Unsupported for a change of rank or size (a resize or shrink makes a new Peer
+  // instead: runtime/elastic.h).
   Status change(Cluster next);
 
   // What the peer does when a link is lost without a Bye; set before the loop runs.

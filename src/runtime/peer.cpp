@@ -86,7 +86,8 @@ Peer::Peer(const Config& config)
   probes_->set_transport(&transports_->top());
   host_->engine().set_link_lost_handler(
       [this](int rank, const Status& why) { membership_.link_lost(rank, why); });
-  // Without a way to continue on fewer ranks, a lost rank ends this peer's work.
+  // A lost rank ends this membership's work: the error stays until taiji_shrink replaces
+  // the peer (runtime/elastic.h), which reads the lost ranks.
   membership_.set_loss_policy([this](int rank, const Status& why) {
     {
       std::lock_guard<std::mutex> lock(state_mu_);
