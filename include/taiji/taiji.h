@@ -512,8 +512,9 @@ TAIJI_API uint64_t taiji_peer_cluster_version(const taiji_peer_t *peer);
 TAIJI_API uint64_t taiji_peer_joined_version(const taiji_peer_t *peer);
 /* The size an operator or scheduler asked for from outside and no resize has applied yet
  * (`taiji-run --resize N`, or a write of N to the store key "<job id>/elastic/request"),
- * 0 when none is pending or the store does not answer. Ranks may read it at different
- * moments: agree on it (a broadcast from rank 0) before resizing. Blocks for one store
+ * 0 when none is pending or the store does not answer. A resize to that size clears it
+ * before any member returns from the resize. Ranks may read it at different moments:
+ * agree on it (a broadcast from rank 0) before resizing. Blocks for one store
  * round trip (bounded by one second). -1 for NULL. */
 TAIJI_API int taiji_peer_requested_size(taiji_peer_t *peer);
 

@@ -172,7 +172,16 @@ Result<ResizeOutcome> Elastic::resize(std::unique_ptr<Peer>* slot, int new_size,
   // the old links close.
   const uint32_t next = old.cluster_version() + 1;
   const Config config = old.config();
-  if (me == 0) announce(config, next, new_size, left_ms(deadline));
+  if (me == 0) {
+    announce(config, next, new_size, left_ms(deadline));
+    // The request is served (an operator's newer one is left for the next resize). Cleared
+    // before rank 0 joins the new membership, so no member returns from the resize while
+    // the store still asks for this size.
+    (void)with_store(config, left_ms(deadline), [&](Store& s) {
+      return s.compare_and_set(elastic_request_key(config.job_id), std::to_string(new_size), "0",
+                               std::max<int64_t>(left_ms(deadline), 1));
+    });
+  }
   log().debug("rank {} of {}: resize to {} (cluster version {})", me, size, new_size, next);
   // Ops every member posted before the resize finish; the rest fail, naming it.
   old.finalize_within(std::min<int64_t>(left_ms(deadline) / 2, config.timeout_ms));
@@ -182,13 +191,6 @@ Result<ResizeOutcome> Elastic::resize(std::unique_ptr<Peer>* slot, int new_size,
   }
   if (Status s = replace(slot, me, new_size, next, left_ms(deadline)); !s.is_ok()) {
     return Status{s.code(), "resize: " + s.message()};
-  }
-  // The request is served (an operator's newer one is left for the next resize).
-  if (me == 0) {
-    (void)with_store(config, left_ms(deadline), [&](Store& s) {
-      return s.compare_and_set(elastic_request_key(config.job_id), std::to_string(new_size), "0",
-                               std::max<int64_t>(left_ms(deadline), 1));
-    });
   }
   return ResizeOutcome{true, false};
 }
