@@ -23,6 +23,9 @@ process printed:
                   membership with the right sum, one only rank 0 posted fails with
                   ERR_ABORTED or ERR_PEER_LOST
                   (the others left the old membership), naming it; both requests stay valid; the new membership then works.
+  hosts           two launchers as the hosts 127.0.0.1 and 127.0.0.2 (2 slots each) run one
+                  job 4 -> 2 -> 4: the shrink detaches the second host's ranks, the grow
+                  starts them there again (the only free slots); every rank agrees.
   stale           a process of cluster version 1 meets a peer of version 2 (its address
                   put under the new version's key): both refuse, naming both versions.
 
@@ -314,6 +317,53 @@ def run_inflight(etcd):
     print("ok: the shared op finished, the orphan:", orphan[0]["text"])
 
 
+def run_hosts(etcd):
+    # Both launchers get the same command but --self; the first serves the store, or both
+    # name the etcd.
+    Job.started += 1
+    name = f"hosts-{os.getpid()}-{Job.started}"
+    port = free_port()
+    store = (["--store", f"{etcd.url.replace('http://', 'etcd://')}/{name}"] if etcd
+             else ["--port", str(port)])
+    procs, outs = [], []
+    for host in ("127.0.0.1", "127.0.0.2"):
+        out = tempfile.TemporaryFile(mode="w+")
+        cmd = [RUN, "--hosts", "127.0.0.1:2,127.0.0.2:2", "--self", host, "-np", "4", "--elastic",
+               "--job-id", name, "--timeout", str(JOB_LIMIT_S)] + store + \
+              [PEER, "--sizes", "2,4", "--timeout-ms", "20000"]
+        procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
+        outs.append(out)
+    rcs = []
+    for p in procs:
+        try:
+            rcs.append(p.wait(JOB_LIMIT_S + 10))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rcs.append(None)
+    texts = []
+    for out in outs:
+        out.seek(0)
+        texts.append(out.read())
+    both = "\n".join(texts)
+
+    def fail(why):
+        print(both)
+        raise SystemExit(f"FAIL (hosts, {BACKEND}): {why}")
+
+    if rcs != [0, 0]:
+        fail(f"the launchers exited {rcs}")
+    finals = [dict(re.findall(r"(\w+)=(\S*)", m)) for m in re.findall(r"\] final (.*)", both)]
+    if sorted(int(f["rank"]) for f in finals) != [0, 1, 2, 3] or {f["version"] for f in finals} != {"3"} \
+            or len({f["digest"] for f in finals}) != 1:
+        fail(f"final lines {finals}")
+    joined = re.findall(r"\] start rank=(\d) size=4 version=3", texts[1])
+    if sorted(joined) != ["2", "3"] or re.search(r"\] start rank=\d size=4 version=3", texts[0]):
+        fail("the grow's ranks did not start on the second host only")
+    if "ok=0" in both or both.count(" ok=1") < 4 * 3:
+        fail("a wrong or missing allreduce")
+    print("ok: 4 -> 2 -> 4 across two launchers; the grow's ranks 2 and 3 started on 127.0.0.2")
+
+
 def run_stale(etcd):
     # No launcher: two processes, the driver moving their addresses between version keys.
     job = f"stale-{os.getpid()}"
@@ -381,6 +431,8 @@ def main():
             run_partial(etcd)
         elif SCENARIO == "inflight":
             run_inflight(etcd)
+        elif SCENARIO == "hosts":
+            run_hosts(etcd)
         elif SCENARIO == "stale":
             run_stale(etcd)
         else:
