@@ -482,7 +482,8 @@ TAIJI_API taiji_status_t taiji_peer_split(taiji_peer_t *peer, int color, int key
  * membership without posting it ("rank R has finalized"), else ERR_ABORTED; their requests
  * stay valid. Ops posted after it run on the new membership. A member that does not call it makes the callers fail
  * with ERR_TIMEOUT, keeping the old membership. A failure after the members agreed (a
- * joiner that never comes) leaves the peer failed with that error (taiji_peer_async_error).
+ * joiner that never comes) leaves the peer failed with that error (taiji_peer_async_error);
+ * taiji_shrink, called by every member, then starts the old membership again.
  * Blocks; not from a completion callback or inside a group. changed and detached may be
  * NULL. Errors: ERR_INVALID_ARGUMENT, ERR_MISMATCH, ERR_TIMEOUT, ERR_PEER_LOST,
  * ERR_BOOTSTRAP, ERR_FINALIZED, ERR_NO_MEMORY. */
@@ -496,7 +497,8 @@ TAIJI_API taiji_status_t taiji_resize(taiji_peer_t *peer, int new_size,
  * until every old rank has joined the call or is lost on its own links; the survivors are
  * then renumbered densely in their old order, the cluster version rises by one, the sticky
  * error is cleared and the peer is usable again (*changed = 1). With no rank lost nothing
- * changes (*changed = 0). In-flight ops of the old membership fail with ERR_ABORTED. A rank
+ * changes (*changed = 0), unless a failed resize left the peer unusable: then the same
+ * members start again at a new cluster version (*changed = 1). In-flight ops of the old membership fail with ERR_ABORTED. A rank
  * lost during the shrink ends it with a clear error (ERR_TIMEOUT or ERR_BOOTSTRAP naming
  * the rank) on every survivor within options.timeout_ms (default: the peer's init timeout);
  * the peer then keeps its error and taiji_shrink may be called again. Blocks; not from a

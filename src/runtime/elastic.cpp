@@ -119,6 +119,7 @@ void Elastic::announce(const Config& config, uint32_t version, int size, int64_t
 Status Elastic::replace(std::unique_ptr<Peer>* slot, int rank, int size, uint32_t version,
                         int64_t timeout_ms) {
   Peer& old = **slot;
+  tried_version_ = std::max(tried_version_, version);
   auto server = old.release_services();
   Config c = old.config();
   c.rank = rank;
@@ -128,8 +129,10 @@ Status Elastic::replace(std::unique_ptr<Peer>* slot, int rank, int size, uint32_
   c.init_timeout_ms = std::max<int64_t>(timeout_ms, 1);
   // An explicit graph is one of the old size; a built-in name fits any size.
   if (strategy_id(topology_text_body(c.topology)) == 0) c.topology.clear();
-  auto made = Peer::create(c, std::move(server));
+  std::unique_ptr<RendezvousServer> server_back;
+  auto made = Peer::create(c, std::move(server), &server_back);
   if (!made.is_ok()) {
+    old.keep_server(std::move(server_back));
     Status why{made.status().code(), "the membership of version " + std::to_string(version) + " (" +
                                          std::to_string(size) + " ranks) did not start: " +
                                          made.status().message()};
@@ -170,7 +173,8 @@ Result<ResizeOutcome> Elastic::resize(std::unique_ptr<Peer>* slot, int new_size,
 
   // 2. The next membership: announced first, so that a launcher starts the joiners while
   // the old links close.
-  const uint32_t next = old.cluster_version() + 1;
+  // Past any version a failed change already published addresses under.
+  const uint32_t next = std::max(old.cluster_version(), tried_version_) + 1;
   const Config config = old.config();
   if (me == 0) {
     announce(config, next, new_size, left_ms(deadline));
@@ -248,7 +252,7 @@ Result<bool> Elastic::shrink(std::unique_ptr<Peer>* slot, int64_t timeout_ms) {
     if (missing.empty()) {
       ShrinkRecord closed = rec;
       closed.closed = true;
-      closed.target = version + 1 + round;
+      closed.target = std::max(version + 1 + round, tried_version_ + 1);
       std::sort(closed.ranks.begin(), closed.ranks.end());
       auto cas = with_store(config, ms(), [&](Store& s) {
         return s.compare_and_set(key, value, format_record(closed), ms());
@@ -277,7 +281,9 @@ Result<bool> Elastic::shrink(std::unique_ptr<Peer>* slot, int64_t timeout_ms) {
     return Status{Code::Bootstrap, "shrink: the other survivors (old ranks " + join_ranks(rec.ranks) +
                                        ") went on without this rank: they lost their links to it"};
   }
-  if (static_cast<int>(rec.ranks.size()) == size) return false;
+  // Nobody lost: nothing to do, unless a failed resize left this peer unusable; then the
+  // same members start again at a new version.
+  if (static_cast<int>(rec.ranks.size()) == size && old.usable()) return false;
 
   // 3. The survivors' membership: ranks by old order.
   const int new_rank = static_cast<int>(at - rec.ranks.begin());

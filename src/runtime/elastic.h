@@ -35,7 +35,8 @@ class Elastic {
   // rank, the old one, finalized). timeout_ms 0: the peer's init timeout.
   Result<ResizeOutcome> resize(std::unique_ptr<Peer>* peer, int new_size, int64_t timeout_ms);
   // The survivors of lost ranks agree through the store and continue as a new membership;
-  // true when the membership changed. timeout_ms 0: the peer's init timeout.
+  // true when the membership changed. With nobody lost, a peer a failed resize left
+  // unusable starts again with the same members. timeout_ms 0: the peer's init timeout.
   Result<bool> shrink(std::unique_ptr<Peer>* peer, int64_t timeout_ms);
   // The pending request's size, 0 when none or the store does not answer (in a second).
   int requested_size(const Peer& peer);
@@ -56,6 +57,9 @@ class Elastic {
   // Shrink rounds already run at the current membership (a failed round is not reused).
   uint32_t shrink_round_ = 0;
   uint32_t shrink_version_ = 0;   // the membership shrink_round_ counts for
+  // The highest version a change started a peer for, failed ones included: their keys in
+  // the store may hold addresses, so no later change reuses them.
+  uint32_t tried_version_ = 0;
 };
 
 }  // namespace taiji

@@ -106,11 +106,15 @@ Peer::Peer(const Config& config)
 }
 
 Result<std::unique_ptr<Peer>> Peer::create(const Config& config,
-                                           std::unique_ptr<RendezvousServer> served) {
+                                           std::unique_ptr<RendezvousServer> served,
+                                           std::unique_ptr<RendezvousServer>* served_back) {
   std::unique_ptr<Peer> peer(new Peer(config));
   peer->rendezvous_server_ = std::move(served);
   Status s = peer->bootstrap();
-  if (!s.is_ok()) return s;
+  if (!s.is_ok()) {
+    if (served_back != nullptr) *served_back = std::move(peer->rendezvous_server_);
+    return s;
+  }
   return peer;
 }
 

@@ -34,8 +34,11 @@ class Peer final : private ClusterListener {
   // Joins the job (rendezvous, then a connection to every other peer). Blocks. `served`:
   // a rendezvous server the peer keeps until it goes (a split child's rank 0 serves its
   // job's rendezvous this way).
+  // When it fails, the server comes back through *served_back (if given), so that a
+  // membership change that did not start keeps the job's store.
   static Result<std::unique_ptr<Peer>> create(const Config& config,
-                                              std::unique_ptr<RendezvousServer> served = nullptr);
+                                              std::unique_ptr<RendezvousServer> served = nullptr,
+                                              std::unique_ptr<RendezvousServer>* served_back = nullptr);
   ~Peer();
 
   // Any thread: the current membership's.
@@ -85,9 +88,13 @@ class Peer final : private ClusterListener {
   // After finalize or abort: hands over the rendezvous server this peer serves (for the
   // next membership's peer) and stops its metrics endpoint, freeing the port.
   std::unique_ptr<RendezvousServer> release_services();
+  // Keeps a server release_services handed out, when the next peer did not start.
+  void keep_server(std::unique_ptr<RendezvousServer> server) { rendezvous_server_ = std::move(server); }
   // Fails every op with Aborted and closes all links at once; does not wait.
   void abort();
   Status async_error() const;
+  // Neither closed (finalize, abort) nor failed: ops may be posted.
+  bool usable() const { return !closed() && async_error().is_ok(); }
   // True on this peer's I/O thread (inside a completion callback), where blocking on an
   // op would stop the very loop that completes it. User callbacks run nowhere else, also
   // while a waiter runs the loop (runtime/loop_baton.h).

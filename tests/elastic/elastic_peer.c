@@ -28,6 +28,9 @@
  *                      post and rank 0 one that nobody else posts; prints how each ended
  *                      (the first on the old membership, the second with an error) and
  *                      that its request stayed valid, then allreduces on the new membership.
+ *   --grow-fails      resize to size + 1 where no process can join (the launcher's --max-np):
+ *                      every member's resize fails; then taiji_shrink starts the old
+ *                      membership again and an allreduce runs on it.
  *   --timeout-ms N     the deadline of resize and shrink (default 20000). */
 #define _POSIX_C_SOURCE 200809L
 #include <taiji/taiji.h>
@@ -217,6 +220,28 @@ static void run_inflight(struct state *st) {
   finish(st);
 }
 
+static void run_grow_fails(struct state *st) {
+  taiji_status_t s;
+  if ((s = step(st)) != TAIJI_OK) die("allreduce", s);
+  int rank = taiji_peer_rank(peer), size = taiji_peer_size(peer), changed = -1, detached = -1;
+  taiji_op_options_t opt = TAIJI_OP_OPTIONS_INIT;
+  opt.timeout_ms = timeout_ms;
+  double t0 = mono_ms();
+  s = taiji_resize(peer, size + 1, &opt, &changed, &detached);
+  say("grow rank=%d status=%s async=%s ms=%.0f text=%s", rank, taiji_status_name(s),
+      taiji_status_name(taiji_peer_async_error(peer)), mono_ms() - t0, s == TAIJI_OK ? "" : taiji_peer_last_error(peer));
+  if (s == TAIJI_OK) exit(1);
+  s = taiji_shrink(peer, &opt, &changed);
+  say("shrink rank=%d status=%s changed=%d size=%d version=%llu at=%.0f ms=%.1f text=%s", rank,
+      taiji_status_name(s), changed, taiji_peer_size(peer), (unsigned long long)taiji_peer_cluster_version(peer),
+      wall_ms(), mono_ms() - t0, s == TAIJI_OK ? "" : taiji_peer_last_error(peer));
+  if (s != TAIJI_OK) exit(1);
+  first_allreduce();
+  sync_state(st);
+  if ((s = step(st)) != TAIJI_OK) die("allreduce after the rebuild", s);
+  finish(st);
+}
+
 static void run_stream(int after, struct state *st) {
   int done_after = 0, shrunk = 0;
   for (;;) {
@@ -245,7 +270,7 @@ static void run_stream(int after, struct state *st) {
 }
 
 int main(int argc, char **argv) {
-  int sizes[MAX_SIZES], n = 0, stream = 0, after = 20, propose = -1, partial = 0, inflight = 0;
+  int sizes[MAX_SIZES], n = 0, stream = 0, after = 20, propose = -1, partial = 0, inflight = 0, grow_fails = 0;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
       for (char *tok = strtok(argv[++i], ","); tok && n < MAX_SIZES; tok = strtok(NULL, ",")) sizes[n++] = atoi(tok);
@@ -255,6 +280,8 @@ int main(int argc, char **argv) {
       after = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--propose") && i + 1 < argc) {
       propose = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--grow-fails")) {
+      grow_fails = 1;
     } else if (!strcmp(argv[i], "--inflight")) {
       inflight = 1;
     } else if (!strcmp(argv[i], "--partial")) {
@@ -278,6 +305,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < MODEL; ++i) st.model[i] = i;
   if (stream) run_stream(after, &st);
   if (inflight) run_inflight(&st);
+  if (grow_fails) run_grow_fails(&st);
   if (propose >= 0 || partial) {
     if ((s = step(&st)) != TAIJI_OK) die("allreduce", s);
     int rank = taiji_peer_rank(peer), size = taiji_peer_size(peer), changed = -1, detached = -1;

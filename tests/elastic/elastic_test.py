@@ -23,6 +23,8 @@ process printed:
                   membership with the right sum, one only rank 0 posted fails with
                   ERR_ABORTED or ERR_PEER_LOST
                   (the others left the old membership), naming it; both requests stay valid; the new membership then works.
+  grow-fails      a grow no process can join (--max-np): every member's resize fails
+                  within its deadline; taiji_shrink starts the old membership again.
   hosts           two launchers as the hosts 127.0.0.1 and 127.0.0.2 (2 slots each) run one
                   job 4 -> 2 -> 4: the shrink detaches the second host's ranks, the grow
                   starts them there again (the only free slots); every rank agrees.
@@ -131,7 +133,7 @@ class Job:
 
     started = 0
 
-    def __init__(self, np, args, etcd=None, job="elastic"):
+    def __init__(self, np, args, etcd=None, job="elastic", max_np=8):
         # A job id of its own: an etcd keeps an earlier job's keys, addresses included.
         Job.started += 1
         self.job = f"{job}-{os.getpid()}-{Job.started}"
@@ -141,7 +143,7 @@ class Job:
         if etcd:
             store = ["--store", f"{etcd.url.replace('http://', 'etcd://')}/{self.job}"]
         self.store = Store(etcd, address, self.job)
-        cmd = [RUN, "-np", str(np), "--elastic", "--max-np", "8", "--job-id", self.job,
+        cmd = [RUN, "-np", str(np), "--elastic", "--max-np", str(max_np), "--job-id", self.job,
                "--timeout", str(JOB_LIMIT_S)] + store + [PEER] + args
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
@@ -317,6 +319,21 @@ def run_inflight(etcd):
     print("ok: the shared op finished, the orphan:", orphan[0]["text"])
 
 
+def run_grow_fails(etcd):
+    job = Job(2, ["--grow-fails", "--timeout-ms", "3000"], etcd, max_np=2)
+    rc = job.finish()
+    job.check(rc == 0, f"taiji-run exited {rc}")
+    grows = job.records("grow")
+    job.check(len(grows) == 2 and all(g["status"] != "TAIJI_OK" and g["async"] == g["status"] and
+                                      "rank 2" in g["text"] for g in grows), f"grows {grows}")
+    shrinks = job.records("shrink")
+    # The failed grow published addresses under version 2: the rebuild takes version 3.
+    job.check(len(shrinks) == 2 and all(s["status"] == "TAIJI_OK" and s["changed"] == "1" and s["size"] == "2"
+                                        and s["version"] == "3" for s in shrinks), f"shrinks {shrinks}")
+    check_finals(job, 2, 3)
+    print("ok: the grow failed on both (", grows[0]["text"], "); the shrink rebuilt the membership")
+
+
 def run_hosts(etcd):
     # Both launchers get the same command but --self; the first serves the store, or both
     # name the etcd.
@@ -431,6 +448,8 @@ def main():
             run_partial(etcd)
         elif SCENARIO == "inflight":
             run_inflight(etcd)
+        elif SCENARIO == "grow-fails":
+            run_grow_fails(etcd)
         elif SCENARIO == "hosts":
             run_hosts(etcd)
         elif SCENARIO == "stale":
