@@ -494,7 +494,8 @@ TAIJI_API taiji_status_t taiji_resize(taiji_peer_t *peer, int new_size,
 /* Continues without lost ranks (after ERR_PEER_LOST): a collective over the surviving
  * members, agreed through the rendezvous store (so the store must outlive the lost ranks:
  * taiji-run's or etcd, not a store rank 0 served if rank 0 is lost). Each survivor waits
- * until every old rank has joined the call or is lost on its own links; the survivors are
+ * until every old rank has joined the call or has left (lost on its own links, or
+ * finalized: a rank that called taiji_peer_finalize is not waited for); the survivors are
  * then renumbered densely in their old order, the cluster version rises by one, the sticky
  * error is cleared and the peer is usable again (*changed = 1). With no rank lost nothing
  * changes (*changed = 0), unless a failed resize left the peer unusable: then the same

@@ -189,6 +189,7 @@ Result<ResizeOutcome> Elastic::resize(std::unique_ptr<Peer>* slot, int new_size,
   log().debug("rank {} of {}: resize to {} (cluster version {})", me, size, new_size, next);
   // Ops every member posted before the resize finish; the rest fail, naming it.
   old.finalize_within(std::min<int64_t>(left_ms(deadline) / 2, config.timeout_ms));
+  old.forget_departures();
   if (me >= new_size) {
     old.release_services();
     return ResizeOutcome{true, true};
@@ -236,7 +237,8 @@ Result<bool> Elastic::shrink(std::unique_ptr<Peer>* slot, int64_t timeout_ms) {
     return Status{joined.status().code(), "shrink: cannot reach the rendezvous store: " + joined.status().message()};
   }
 
-  // 2. Wait until every old rank has joined or is lost on this peer's links; then close
+  // 2. Wait until every old rank has joined or has left (lost on this peer's links, or
+  // finalized); then close
   // the record (whoever gets there first) with the members in their old order.
   std::string value = joined.value();
   ShrinkRecord rec;
@@ -244,7 +246,7 @@ Result<bool> Elastic::shrink(std::unique_ptr<Peer>* slot, int64_t timeout_ms) {
     rec = {};
     if (!parse_record(value, &rec)) return Status{Code::Protocol, "shrink: bad record '" + value + "'"};
     if (rec.closed) break;
-    const std::set<int> lost = old.lost_ranks();
+    const std::set<int> lost = old.gone_ranks();
     std::vector<int> missing;
     for (int r = 0; r < size; ++r) {
       if (!lost.count(r) && !std::count(rec.ranks.begin(), rec.ranks.end(), r)) missing.push_back(r);
@@ -264,7 +266,7 @@ Result<bool> Elastic::shrink(std::unique_ptr<Peer>* slot, int64_t timeout_ms) {
     }
     if (left_ms(deadline) == 0) {
       return Status{Code::Timeout, "shrink: rank(s) " + join_ranks(missing) +
-                                       " neither joined the shrink nor were lost on this rank's links in time"};
+                                       " neither joined the shrink nor left (lost or finalized) in time"};
     }
     auto changed = with_store(config, ms(), [&](Store& s) {
       return s.watch(key, value, std::min<int64_t>(kShrinkPollMs, ms()));

@@ -198,7 +198,8 @@ void OpEngine::fail_if_departed(Active& op) {
   }
   for (int r : waiting) {
     if (departed_[r]) {
-      return fail(op, {Code::PeerLost, op.title() + ": rank " + std::to_string(r) + " has finalized"});
+      // The ranks that wait on this one for the op would otherwise wait out its deadline.
+      return fail_everywhere(op, {Code::PeerLost, op.title() + ": rank " + std::to_string(r) + " has finalized"});
     }
   }
 }
@@ -216,7 +217,7 @@ void OpEngine::dispatch(Active& op, std::vector<ChunkSend>& sends) {
 
 void OpEngine::send_chunk(Active& op, const ChunkSend& s) {
   if (departed_[s.dst]) {
-    return fail(op, {Code::PeerLost, op.title() + ": rank " + std::to_string(s.dst) + " has finalized"});
+    return fail_everywhere(op, {Code::PeerLost, op.title() + ": rank " + std::to_string(s.dst) + " has finalized"});
   }
   OutMessage m;
   m.header = header_for(op, MsgType::Data);
@@ -264,6 +265,10 @@ Status OpEngine::check_match(const Active& op, const FrameHeader& h) const {
 
 void OpEngine::mismatch(Active& op, const Status& why) {
   log().error("{}", why.message());
+  fail_everywhere(op, why);
+}
+
+void OpEngine::fail_everywhere(Active& op, const Status& why) {
   for (int r = 0; r < opt_.cluster->size; ++r) {
     if (r == opt_.cluster->rank || departed_[r] || !op.involves(r)) continue;
     OutMessage m;
@@ -473,6 +478,7 @@ void OpEngine::link_down(int src, bool graceful, const Status& why) {
       auto it = ops_.find(key);
       if (it != ops_.end() && !it->second->failed) fail_if_departed(*it->second);
     }
+    if (on_departed_) on_departed_(src);
   }
   for (const Key& key : keys) {
     auto it = ops_.find(key);

@@ -67,6 +67,9 @@ class OpEngine final : public ReceiveHandler {
   void set_link_lost_handler(std::function<void(int rank, const Status&)> fn) {
     on_link_lost_ = std::move(fn);
   }
+  // Called when a rank said Bye (it finalized and sends nothing more), after the ops that
+  // still needed it failed.
+  void set_departed_handler(std::function<void(int rank)> fn) { on_departed_ = std::move(fn); }
   // Called after ops timed out in one tick (the flight recorder dump), with the first.
   void set_timeout_handler(std::function<void(const Status&)> fn) { on_timeout_ = std::move(fn); }
 
@@ -106,6 +109,9 @@ class OpEngine final : public ReceiveHandler {
   Status plan_mismatch(const Active& op, const Status& why) const;
   Status check_match(const Active& op, const FrameHeader& h) const;
   void mismatch(Active& op, const Status& why);
+  // Fails the op here and tells every other rank of it (an Abort with the reason), so that
+  // none waits out the deadline for data this rank will not send.
+  void fail_everywhere(Active& op, const Status& why);
   void fail(Active& op, const Status& why);
   // Fails every op in flight and drops what arrived early; later posts still start.
   void fail_ops(const Status& why);
@@ -119,6 +125,7 @@ class OpEngine final : public ReceiveHandler {
   NameTable* names_;
   Transport* transport_ = nullptr;
   std::function<void(int, const Status&)> on_link_lost_;
+  std::function<void(int)> on_departed_;
   std::function<void(const Status&)> on_timeout_;
   std::map<Key, std::unique_ptr<Active>> ops_;
   EarlyArrivals early_;

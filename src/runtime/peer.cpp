@@ -87,7 +87,12 @@ Peer::Peer(const Config& config)
   host_->engine().set_link_lost_handler(
       [this](int rank, const Status& why) { membership_.link_lost(rank, why); });
   // A lost rank ends this membership's work: the error stays until taiji_shrink replaces
-  // the peer (runtime/elastic.h), which reads the lost ranks.
+  // the peer (runtime/elastic.h), which reads the ranks gone.
+  // A rank that finalized has left as much as a lost one, for a shrink's count.
+  host_->engine().set_departed_handler([this](int rank) {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    departed_.insert(rank);
+  });
   membership_.set_loss_policy([this](int rank, const Status& why) {
     {
       std::lock_guard<std::mutex> lock(state_mu_);
@@ -268,9 +273,16 @@ Status Peer::finalize_within(int64_t wait_ms) {
   return async_error();
 }
 
-std::set<int> Peer::lost_ranks() const {
+std::set<int> Peer::gone_ranks() const {
   std::lock_guard<std::mutex> lock(state_mu_);
-  return lost_;
+  std::set<int> gone = lost_;
+  gone.insert(departed_.begin(), departed_.end());
+  return gone;
+}
+
+void Peer::forget_departures() {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  departed_.clear();
 }
 
 void Peer::fail(const Status& why) { set_error(why); }

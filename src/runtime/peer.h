@@ -81,8 +81,12 @@ class Peer final : private ClusterListener {
   Status finalize();
   // finalize() waiting at most wait_ms for in-flight ops (a resize's own deadline).
   Status finalize_within(int64_t wait_ms);
-  // Any thread: the ranks whose links this peer lost without a Bye (runtime/elastic.h).
-  std::set<int> lost_ranks() const;
+  // Any thread: the ranks that left this membership, lost without a Bye or finalized
+  // (runtime/elastic.h).
+  std::set<int> gone_ranks() const;
+  // Forgets the ranks that finalized: a resize retires every member's peer, and their
+  // goodbyes do not mean they left the job.
+  void forget_departures();
   // Makes `why` the peer's sticky error (a resize that failed after the members agreed).
   void fail(const Status& why);
   // After finalize or abort: hands over the rendezvous server this peer serves (for the
@@ -179,6 +183,7 @@ class Peer final : private ClusterListener {
   mutable std::mutex state_mu_;
   Status sticky_;                        // under state_mu_
   std::set<int> lost_;                   // under state_mu_: ranks lost without a Bye
+  std::set<int> departed_;               // under state_mu_: ranks that finalized
   bool closing_ = false;                 // under state_mu_: finalize/abort began
 };
 

@@ -19,7 +19,8 @@
  *                      model of doubles) by a broadcast from rank 0, and the model's digest
  *                      is checked equal on every rank (allreduce min == max).
  *   --stream           allreduce until PEER_LOST, shrink, then --after N more steps; exits
- *                      1 when the shrink fails (after printing the shrink line).
+ *                      1 when the shrink fails (after printing the shrink line). With
+ *                      --leave-rank R, rank R finalizes after 10 steps and exits 0.
  *   --propose N        every rank proposes N + rank (ranks disagree unless size is 1) and
  *                      reports what resize returned; then one more allreduce.
  *   --partial          only ranks below size/2 call resize (timeout --timeout-ms); the
@@ -242,9 +243,15 @@ static void run_grow_fails(struct state *st) {
   finish(st);
 }
 
-static void run_stream(int after, struct state *st) {
+static void run_stream(int after, int leave_rank, struct state *st) {
   int done_after = 0, shrunk = 0;
   for (;;) {
+    if (!shrunk && taiji_peer_rank(peer) == leave_rank && st->step == 10) {
+      say("leaving rank=%d", leave_rank);
+      taiji_status_t s = taiji_peer_finalize(peer);
+      taiji_peer_destroy(peer);
+      exit(s == TAIJI_OK ? 0 : 1);
+    }
     taiji_status_t s = step(st);
     if (s == TAIJI_OK) {
       if (shrunk && ++done_after >= after) finish(st);
@@ -270,7 +277,8 @@ static void run_stream(int after, struct state *st) {
 }
 
 int main(int argc, char **argv) {
-  int sizes[MAX_SIZES], n = 0, stream = 0, after = 20, propose = -1, partial = 0, inflight = 0, grow_fails = 0;
+  int sizes[MAX_SIZES], n = 0, stream = 0, after = 20, propose = -1, partial = 0, inflight = 0, grow_fails = 0,
+      leave_rank = -1;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
       for (char *tok = strtok(argv[++i], ","); tok && n < MAX_SIZES; tok = strtok(NULL, ",")) sizes[n++] = atoi(tok);
@@ -280,6 +288,8 @@ int main(int argc, char **argv) {
       after = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--propose") && i + 1 < argc) {
       propose = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--leave-rank") && i + 1 < argc) {
+      leave_rank = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--grow-fails")) {
       grow_fails = 1;
     } else if (!strcmp(argv[i], "--inflight")) {
@@ -303,7 +313,7 @@ int main(int argc, char **argv) {
       (long)getpid());
   static struct state st;
   for (int i = 0; i < MODEL; ++i) st.model[i] = i;
-  if (stream) run_stream(after, &st);
+  if (stream) run_stream(after, leave_rank, &st);
   if (inflight) run_inflight(&st);
   if (grow_fails) run_grow_fails(&st);
   if (propose >= 0 || partial) {

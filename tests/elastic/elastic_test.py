@@ -15,6 +15,8 @@ process printed:
   kill-in-shrink  as kill, but a second rank is lost after it joined the shrink (stopped,
                   entered in the store's shrink record, then killed): the shrink fails on
                   every survivor with an error naming that rank, within its deadline.
+  leave           one of 4 ranks finalizes and exits during the stream: the others shrink
+                  past it at once (it left; nobody waits for it to join).
   mismatch        3 ranks propose different sizes: ERR_MISMATCH everywhere, nothing
                   changes, the next allreduce runs on the old membership.
   partial         2 of 4 ranks call resize, the others never do: the callers time out
@@ -278,6 +280,21 @@ def run_kill(etcd, in_shrink):
     print(f"ok: the shrink failed on both survivors: {shrinks[0]['status']} {shrinks[0]['text']}")
 
 
+def run_leave(etcd):
+    # A rank that finalizes has left as much as a lost one: the others shrink past it at
+    # once instead of waiting for it to join until their deadline.
+    job = Job(4, ["--stream", "--after", "10", "--leave-rank", "1", "--timeout-ms", "20000"], etcd)
+    rc = job.finish()
+    job.check(rc == 0, f"taiji-run exited {rc}")
+    job.check(len(job.records("leaving")) == 1, "rank 1 did not leave")
+    shrinks = job.records("shrink")
+    job.check(len(shrinks) == 3 and all(s["status"] == "TAIJI_OK" and s["size"] == "3" and s["version"] == "2"
+                                        for s in shrinks), f"shrinks {shrinks}")
+    job.check(max(float(s["ms"]) for s in shrinks) < 5000 * SLACK, f"the shrink waited: {shrinks}")
+    check_finals(job, 3, 2)
+    print(f"ok: rank 1 left; the others shrank in at most {max(float(s['ms']) for s in shrinks):.0f} ms")
+
+
 def run_mismatch(etcd):
     job = Job(3, ["--propose", "4", "--timeout-ms", "10000"], etcd)
     rc = job.finish()
@@ -442,6 +459,8 @@ def main():
             run_schedule(etcd, 4, [2, 4] * 10)
         elif SCENARIO in ("kill", "kill-in-shrink"):
             run_kill(etcd, SCENARIO == "kill-in-shrink")
+        elif SCENARIO == "leave":
+            run_leave(etcd)
         elif SCENARIO == "mismatch":
             run_mismatch(etcd)
         elif SCENARIO == "partial":
