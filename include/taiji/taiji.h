@@ -502,7 +502,8 @@ TAIJI_API taiji_status_t taiji_resize(taiji_peer_t *peer, int new_size,
  * members start again at a new cluster version (*changed = 1). In-flight ops of the old membership fail with ERR_ABORTED. A rank
  * lost during the shrink ends it with a clear error (ERR_TIMEOUT or ERR_BOOTSTRAP naming
  * the rank) on every survivor within options.timeout_ms (default: the peer's init timeout);
- * the peer then keeps its error and taiji_shrink may be called again. Blocks; not from a
+ * the peer then keeps its error. A second taiji_shrink cannot tell that rank is gone (the
+ * old links are closed by then) and waits for it until its deadline: finalize instead. Blocks; not from a
  * completion callback or inside a group. changed may be NULL. Errors:
  * ERR_INVALID_ARGUMENT, ERR_TIMEOUT, ERR_BOOTSTRAP, ERR_NO_MEMORY. */
 TAIJI_API taiji_status_t taiji_shrink(taiji_peer_t *peer, const taiji_op_options_t *options,

@@ -40,10 +40,6 @@ from . import horovod as hvd
 
 __all__ = ["State", "TorchState", "ResizeRequested", "run"]
 
-# A shrink ended by another rank lost during it may be tried again (include/taiji/taiji.h).
-_SHRINK_TRIES = 3
-
-
 class ResizeRequested(Exception):
     """Raised by :meth:`State.check` when the ranks agreed on a new size; :func:`run`
     catches it, resizes and calls the function again (Horovod's HostsUpdatedInterrupt)."""
@@ -175,13 +171,9 @@ def _lost_a_rank(p: taiji.Peer, error: taiji.TaijiError) -> bool:
 
 
 def _shrink(p: taiji.Peer) -> bool:
-    for attempt in range(_SHRINK_TRIES):
-        try:
-            return p.shrink()
-        except (taiji.Timeout, taiji.BootstrapError):
-            if attempt == _SHRINK_TRIES - 1:
-                raise
-    return False
+    # Not retried: a rank lost during the shrink cannot be told apart from a slow one by a
+    # second shrink, which would wait for it until its deadline (include/taiji/taiji.h).
+    return p.shrink()
 
 
 def _detach(state: State, p: taiji.Peer) -> None:
