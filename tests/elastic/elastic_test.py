@@ -450,31 +450,28 @@ def run_stale(etcd):
     print("ok: refused both ways:\n" + "\n".join(o.strip().splitlines()[-1] for o in outs))
 
 
+SCENARIOS = {
+    "schedule": lambda etcd: run_schedule(etcd, 4, [2, 6, 3, 8]),
+    "alternate": lambda etcd: run_schedule(etcd, 4, [2, 4] * 10),
+    "kill": lambda etcd: run_kill(etcd, False),
+    "kill-in-shrink": lambda etcd: run_kill(etcd, True),
+    "leave": run_leave,
+    "mismatch": run_mismatch,
+    "partial": run_partial,
+    "inflight": run_inflight,
+    "grow-fails": run_grow_fails,
+    "hosts": run_hosts,
+    "stale": run_stale,
+}
+
+
 def main():
     etcd = Etcd() if BACKEND == "etcd" else None
     try:
-        if SCENARIO == "schedule":
-            run_schedule(etcd, 4, [2, 6, 3, 8])
-        elif SCENARIO == "alternate":
-            run_schedule(etcd, 4, [2, 4] * 10)
-        elif SCENARIO in ("kill", "kill-in-shrink"):
-            run_kill(etcd, SCENARIO == "kill-in-shrink")
-        elif SCENARIO == "leave":
-            run_leave(etcd)
-        elif SCENARIO == "mismatch":
-            run_mismatch(etcd)
-        elif SCENARIO == "partial":
-            run_partial(etcd)
-        elif SCENARIO == "inflight":
-            run_inflight(etcd)
-        elif SCENARIO == "grow-fails":
-            run_grow_fails(etcd)
-        elif SCENARIO == "hosts":
-            run_hosts(etcd)
-        elif SCENARIO == "stale":
-            run_stale(etcd)
-        else:
+        run = SCENARIOS.get(SCENARIO)
+        if run is None:
             raise SystemExit(f"unknown scenario {SCENARIO}")
+        run(etcd)
     finally:
         if etcd:
             etcd.stop()
