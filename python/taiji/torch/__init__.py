@@ -20,6 +20,12 @@ from . import hooks  # noqa: E402  (after the backend exists)
 from .horovod import *  # noqa: E402,F401,F403
 from .horovod import __all__ as _horovod_all  # noqa: E402
 from . import elastic  # noqa: E402  (over the Horovod-style API)
+from . import sync_rules  # noqa: E402
+from .sync_modes import (LocalSGDOptimizer, PairAveragingOptimizer,  # noqa: E402
+                         SyncOptimizer, SynchronousAveragingOptimizer,
+                         SynchronousSGDOptimizer)
 
-__all__ = (["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "peer_of", "hooks", "elastic"]
+__all__ = (["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "peer_of", "hooks", "elastic",
+            "sync_rules", "SyncOptimizer", "SynchronousSGDOptimizer",
+            "SynchronousAveragingOptimizer", "PairAveragingOptimizer", "LocalSGDOptimizer"]
            + list(_horovod_all))
