@@ -21,11 +21,12 @@ from .horovod import *  # noqa: E402,F401,F403
 from .horovod import __all__ as _horovod_all  # noqa: E402
 from . import elastic  # noqa: E402  (over the Horovod-style API)
 from . import sync_rules  # noqa: E402
+from .adaptive import AdaptiveOptimizer, Switch  # noqa: E402
 from .sync_modes import (LocalSGDOptimizer, PairAveragingOptimizer,  # noqa: E402
                          SyncOptimizer, SynchronousAveragingOptimizer,
                          SynchronousSGDOptimizer)
 
 __all__ = (["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "peer_of", "hooks", "elastic",
-            "sync_rules", "SyncOptimizer", "SynchronousSGDOptimizer",
+            "sync_rules", "AdaptiveOptimizer", "Switch", "SyncOptimizer", "SynchronousSGDOptimizer",
             "SynchronousAveragingOptimizer", "PairAveragingOptimizer", "LocalSGDOptimizer"]
            + list(_horovod_all))

@@ -283,7 +283,7 @@ _MODES = {"bsp": BSP, "sma": SMA, "pair": Pair, "local": Local}
 
 
 def make_mode(name: str, optimizer: torch.optim.Optimizer, peer: Optional[taiji.Peer] = None,
-              prefix: str = "taiji.sync", **options: Any) -> Mode:
+              prefix: str = "sync", **options: Any) -> Mode:
     """The mode object ``name`` ("bsp", "sma", "pair"/"asp", "local") with its options."""
     return _MODES[parse_sync_mode(name)](optimizer, _resolve_peer(peer), prefix, **options)
 
@@ -295,7 +295,7 @@ class SyncOptimizer:
     the wrapped optimizer's."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, mode: str = "bsp",
-                 peer: Optional[taiji.Peer] = None, prefix: str = "taiji.sync",
+                 peer: Optional[taiji.Peer] = None, prefix: str = "sync",
                  **options: Any) -> None:
         self.optimizer = optimizer
         self.peer = _resolve_peer(peer)
@@ -343,23 +343,23 @@ class SyncOptimizer:
         self.impl.average_models()
 
 
-def SynchronousSGDOptimizer(optimizer, peer=None, grad_stats=None, prefix="taiji.sync"):
+def SynchronousSGDOptimizer(optimizer, peer=None, grad_stats=None, prefix="sync"):
     """BSP: gradients averaged over ranks every step (see :class:`BSP`)."""
     return SyncOptimizer(optimizer, "bsp", peer, prefix, grad_stats=grad_stats)
 
 
-def SynchronousAveragingOptimizer(optimizer, alpha=0.1, peer=None, prefix="taiji.sync"):
+def SynchronousAveragingOptimizer(optimizer, alpha=0.1, peer=None, prefix="sync"):
     """SMA: models averaged every step with weight ``alpha`` (see :class:`SMA`)."""
     return SyncOptimizer(optimizer, "sma", peer, prefix, alpha=alpha)
 
 
-def PairAveragingOptimizer(optimizer, peer=None, seed=None, prefix="taiji.sync"):
+def PairAveragingOptimizer(optimizer, peer=None, seed=None, prefix="sync"):
     """AD-PSGD pair averaging over the model store (see :class:`Pair`)."""
     return SyncOptimizer(optimizer, "pair", peer, prefix, seed=seed)
 
 
 def LocalSGDOptimizer(optimizer, period=None, qsr_alpha=None, h_base=1, vote_delta=None,
-                      peer=None, prefix="taiji.sync"):
+                      peer=None, prefix="sync"):
     """Local SGD with periodic averaging (see :class:`Local` for the three rules)."""
     return SyncOptimizer(optimizer, "local", peer, prefix, period=period, qsr_alpha=qsr_alpha,
                          h_base=h_base, vote_delta=vote_delta)

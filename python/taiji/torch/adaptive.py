@@ -1,0 +1,204 @@
+"""AdaptiveOptimizer: a torch optimizer whose synchronisation mode changes during training.
+
+    opt = AdaptiveOptimizer(torch.optim.SGD(...), mode="bsp", batch_size=16)
+    opt.switch_at(samples=20_000, mode="pair")       # a schedule (Sync-Switch offline)
+    opt.switch_mode("sma")                           # collective: every rank, same step
+    opt = AdaptiveOptimizer(sgd, batch_size=16, engine=taiji.adapt.Engine(peer))
+                                                     # the engine's actions (online)
+
+A switch happens between two steps that every rank agrees on: a schedule counts samples,
+which every rank counts alike; ``switch_mode`` checks with a consensus that every rank
+asked for the same mode; an engine's actions are the same list on every rank by
+construction. At a switch (docs/python-adaptive.md has the numbers behind each rule):
+
+* entering BSP averages the replicas and their optimizer state and broadcasts rank 0's
+  result, so every rank's parameters are bitwise equal;
+* the learning rate moves with the batch one update sees (linear rule,
+  sync_rules.lr_scale_for_switch): x1/size leaving BSP, x size entering it;
+* momentum (groups that have one) follows ``momentum_policy``: "scale" (default) scales it by
+  the learning rate's factor and ramps it linearly back to the configured value over
+  ``ramp_steps`` steps; "keep" leaves it; "reset" zeroes the momentum buffers;
+* the monitors start afresh: ``grad_stats.reset()`` and ``engine.reset()``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+import taiji
+
+from .sync_modes import Mode, SyncOptimizer, _resolve_peer, make_mode
+from .sync_rules import MODES, lr_scale_for_switch, momentum_after_switch, parse_sync_mode
+
+__all__ = ["AdaptiveOptimizer", "Switch"]
+
+MOMENTUM_POLICIES = ("scale", "keep", "reset")
+
+
+@dataclass
+class Switch:
+    """One change of mode: where it happened, why, and what it cost."""
+    step: int
+    samples: int
+    from_mode: str
+    to_mode: str
+    lr_scale: float
+    reason: str
+    seconds: float
+
+
+class AdaptiveOptimizer(SyncOptimizer):
+    """Runs ``optimizer`` under one of the modes of taiji.torch.sync_modes and switches in
+    place. ``batch_size`` is this rank's batch per step (the same on every rank);
+    ``samples`` counts them over the cluster. ``mode_options`` maps a mode to the options of
+    its object (``{"local": {"period": 8}, "sma": {"alpha": 0.5}}``). Construction is
+    collective and starts every rank from rank 0's model."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, mode: str = "bsp", *,
+                 batch_size: int, peer: Optional[taiji.Peer] = None, engine: Any = None,
+                 grad_stats: Optional[taiji.GradStats] = None, momentum_policy: str = "scale",
+                 ramp_steps: int = 50, mode_options: Optional[Dict[str, Dict[str, Any]]] = None,
+                 prefix: str = "adaptive") -> None:
+        if momentum_policy not in MOMENTUM_POLICIES:
+            raise ValueError(f"momentum_policy must be one of {', '.join(MOMENTUM_POLICIES)}")
+        if int(batch_size) < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.batch_size = int(batch_size)
+        self.engine = engine
+        self.grad_stats = grad_stats
+        self.momentum_policy = momentum_policy
+        self.ramp_steps = int(ramp_steps)
+        self.steps = 0
+        self.samples = 0
+        self.switches: List[Switch] = []
+        # advise_batch actions of the last step, for the caller to apply (apply_batch_advice).
+        self.batch_advice: List[Any] = []
+        self._prefix = prefix
+        self._options = {parse_sync_mode(k): dict(v) for k, v in (mode_options or {}).items()}
+        self._modes: Dict[str, Mode] = {}
+        self._schedule: List[Tuple[int, str]] = []
+        # The momentum each group was configured with: the ramp's end.
+        self._configured = [g.get("momentum") for g in optimizer.param_groups]
+        self._ramp: Optional[Tuple[float, int]] = None  # (scale, steps since the switch)
+        peer = _resolve_peer(peer)
+        self._mode_ids = torch.zeros(1, dtype=torch.int64)
+        super().__init__(optimizer, mode, peer, prefix, **self._mode_kwargs(parse_sync_mode(mode)))
+        self._modes[self.impl.name] = self.impl
+        if engine is not None and engine.sync_mode != self.impl.name:
+            engine.set_sync_mode(self.impl.name)
+
+    def _mode_kwargs(self, name: str) -> Dict[str, Any]:
+        kwargs = dict(self._options.get(name, {}))
+        if name == "bsp" and self.grad_stats is not None:
+            kwargs.setdefault("grad_stats", self.grad_stats)
+        return kwargs
+
+    def _mode(self, name: str) -> Mode:
+        # One object per mode for the whole run: pair keeps its random stream and its
+        # store entry's name, local its counters.
+        if name not in self._modes:
+            self._modes[name] = make_mode(name, self.optimizer, self.peer, self._prefix,
+                                          **self._mode_kwargs(name))
+        return self._modes[name]
+
+    # -- requests ------------------------------------------------------------------------
+
+    def switch_at(self, samples: int, mode: str) -> None:
+        """Switch to ``mode`` at the first step that starts with ``samples`` or more samples
+        processed (cluster-wide). Every rank must schedule the same switches."""
+        self._schedule.append((int(samples), parse_sync_mode(mode)))
+        self._schedule.sort(key=lambda item: item[0])
+
+    def switch_mode(self, mode: str, reason: str = "requested") -> Optional[Switch]:
+        """Collective: switch now. Raises ValueError on every rank when the ranks asked for
+        different modes (nothing changes then)."""
+        name = parse_sync_mode(mode)
+        self._mode_ids[0] = MODES.index(name)
+        if not self.peer.consensus(self._mode_ids, f"{self._prefix}.switch.agree"):
+            raise ValueError(f"ranks asked for different modes (this rank: {name})")
+        return self._switch(name, reason)
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step(self, closure: Any = None) -> Any:
+        while self._schedule and self.samples >= self._schedule[0][0]:
+            _, name = self._schedule.pop(0)
+            self._switch(name, f"scheduled at {self.samples} samples")
+        self._apply_momentum()
+        loss = super().step(closure)
+        self.steps += 1
+        self.samples += self.batch_size * self.peer.size
+        if self.engine is not None:
+            self._engine_step()
+        return loss
+
+    def _engine_step(self) -> None:
+        actions = self.engine.step(samples=self.batch_size)
+        self.batch_advice = [a for a in actions if a.kind == "advise_batch"]
+        for action in actions:
+            if action.kind == "set_sync_mode":
+                self._switch(parse_sync_mode(action.mode),
+                             f"{action.policy}: {action.reason}".strip(": "))
+
+    def apply_batch_advice(self, action: Any) -> int:
+        """Applies an ``advise_batch`` action: the batch per rank is scaled by its
+        batch_scale (rounded, at least 1) and the learning rate by its lr_scale. Returns the
+        new batch size, which the caller's data loader must then use on every rank."""
+        self.batch_size = max(1, int(round(self.batch_size * action.batch_scale)))
+        for group in self.optimizer.param_groups:
+            group["lr"] *= action.lr_scale
+        return self.batch_size
+
+    # -- switching -----------------------------------------------------------------------
+
+    def _switch(self, name: str, reason: str) -> Optional[Switch]:
+        old = self.impl.name
+        if name == old:
+            return None
+        start = time.monotonic()
+        new = self._mode(name)
+        scale = lr_scale_for_switch(old, name, self.peer.size)
+        for group in self.optimizer.param_groups:
+            group["lr"] *= scale
+        if self.momentum_policy == "reset":
+            for state in self.optimizer.state.values():
+                if "momentum_buffer" in state and torch.is_tensor(state["momentum_buffer"]):
+                    state["momentum_buffer"].zero_()
+        elif self.momentum_policy == "scale" and scale != 1.0:
+            self._ramp = (scale, 0)
+        # Entering BSP averages replicas and optimizer state and makes them bitwise equal;
+        # entering pair saves every rank's model before anyone requests one.
+        new.enter(old)
+        self.impl = new
+        if self.grad_stats is not None:
+            self.grad_stats.reset()
+        if self.engine is not None:
+            if self.engine.sync_mode != name:
+                self.engine.set_sync_mode(name)
+            self.engine.reset()
+        record = Switch(self.steps, self.samples, old, name, scale, reason,
+                        time.monotonic() - start)
+        self.switches.append(record)
+        return record
+
+    def _apply_momentum(self) -> None:
+        if self._ramp is None:
+            return
+        scale, k = self._ramp
+        for group, configured in zip(self.optimizer.param_groups, self._configured):
+            if configured is not None and "momentum" in group:
+                group["momentum"] = momentum_after_switch(configured, scale, k,
+                                                          self.ramp_steps)
+        self._ramp = None if k >= self.ramp_steps else (scale, k + 1)
+
+    @property
+    def momentum(self) -> Optional[float]:
+        """The first group's momentum now (None without one)."""
+        return self.optimizer.param_groups[0].get("momentum")
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]

