@@ -4,8 +4,10 @@ Importing this package registers the torch.distributed backend ``"taiji"``
 (:class:`ProcessGroupTaiji`), so ``dist.init_process_group("taiji")`` works under
 ``taiji-run`` and under ``torchrun``; :mod:`taiji.torch.hooks` has DDP comm hooks. The
 Horovod-style API (``init``, ``allreduce``, ``DistributedOptimizer``, ...) lives here too:
-``import taiji.torch as hvd``, and ``hvd.elastic`` its elastic training. See
-docs/python-torch.md, docs/python-horovod.md and docs/elastic-python.md.
+``import taiji.torch as hvd``, and ``hvd.elastic`` its elastic training. The
+synchronisation modes (``SyncOptimizer`` and its wrappers) and ``AdaptiveOptimizer``, which
+switches between them, are here too. See docs/python-torch.md, docs/python-horovod.md,
+docs/elastic-python.md and docs/python-adaptive.md.
 """
 from __future__ import annotations
 
