@@ -2,11 +2,15 @@
 parameters and optimizer state are bitwise equal, each switch takes well under a second, the
 learning rate and momentum follow the documented rules exactly, schedules count samples,
 and with a taiji.adapt.Engine a straggler moves the job to pair averaging and back."""
+import os
 import pathlib
+import shutil
+import subprocess
 
 import pytest
 
 import taiji
+from peers import LIBRARY, PYTHON, REPO
 
 HERE = str(pathlib.Path(__file__).resolve().parent)
 HAS_STORE = hasattr(taiji.Peer, "model_save")
@@ -146,3 +150,77 @@ def test_schedules_count_samples_and_ranks_must_agree(run_peers):
     assert r0["momentum"] == [MOMENTUM]
     assert all(r["disagree"] == "bsp" for r in results)
     assert len({r["digest"] for r in results}) == 1
+
+
+def _straggler():
+    import sys
+    import time
+    sys.path.insert(0, ARGS["tests"])
+    import sync_digits as sd
+    import taiji.torch as ttorch
+    from taiji.adapt import Engine
+
+    ttorch.init()
+    data = sd.load_data()
+    model = sd.make_model()
+    engine = Engine(ttorch.peer())
+    engine.add("sync_switch_online", k=1.5, m=5)
+    opt = ttorch.AdaptiveOptimizer(sd.make_sgd(model), "bsp", batch_size=16, engine=engine)
+    first, last = ARGS["slow"]
+    modes = []
+
+    def before(step):
+        if RANK == 1 and first <= step < last:
+            time.sleep(ARGS["sleep"])
+
+    for step in range(ARGS["steps"]):
+        sd.train_steps(model, opt, data, step, 1, RANK, SIZE, before_step=before)
+        modes.append(opt.mode)
+    out = {"switches": [[s.step, s.from_mode, s.to_mode, s.seconds] for s in opt.switches],
+           "modes": modes, "digest": sd.digest(model, opt), "accuracy": sd.accuracy(model, data)}
+    engine.close()
+    ttorch.shutdown()
+    emit(out)
+
+
+@pytest.mark.skipif(not HAS_STORE, reason="pair averaging needs the model store")
+def test_engine_moves_a_straggling_job_to_pair_and_back(run_peers):
+    pytest.importorskip("taiji.adapt")
+    slow = (20, 60)
+    results = [r.results[0] for r in run_peers(
+        _straggler, 4, timeout=120, args={"tests": HERE, "slow": slow, "sleep": 0.05,
+                                          "steps": 120})]
+    r0 = results[0]
+    # The engine's actions are the same on every rank, so are the switches.
+    assert all([s[:3] for s in r["switches"]] == [s[:3] for s in r0["switches"]]
+               for r in results)
+    kinds = [(s[1], s[2]) for s in r0["switches"]]
+    assert ("bsp", "pair") in kinds and ("pair", "bsp") in kinds, r0["switches"]
+    to_pair = next(s[0] for s in r0["switches"] if s[2] == "pair")
+    back = [s[0] for s in r0["switches"] if s[1] == "pair" and s[2] == "bsp"]
+    assert slow[0] < to_pair < slow[1], r0["switches"]
+    assert back and back[-1] > to_pair, r0["switches"]
+    assert r0["modes"][-1] == "bsp"
+    assert all(s[3] < 1.0 for s in r0["switches"])
+    # Back in BSP at the end: one model everywhere.
+    assert len({r["digest"] for r in results}) == 1
+    assert r0["accuracy"] >= 0.9
+
+
+def test_example_switches_offline_and_reaches_its_target():
+    built = REPO / "build" / "tools" / "taiji-run"
+    launcher = str(built) if built.exists() else shutil.which("taiji-run")
+    if launcher is None:
+        pytest.skip("taiji-run is not built")
+    then = "pair" if HAS_STORE else "local"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), TAIJI_LIBRARY=LIBRARY)
+    try:
+        proc = subprocess.run([launcher, "--no-tag", "--timeout", "80", "-np", "4", PYTHON,
+                               str(REPO / "examples" / "adaptive_digits.py"), "--then", then],
+                              env=env, capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"adaptive_digits.py still running after 90 s\n{e.stdout}"
+                             f"\n{e.stderr}") from None
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"bsp -> {then}, lr x0.25" in proc.stdout, proc.stdout
+    assert "test accuracy" in proc.stdout
