@@ -42,6 +42,7 @@ def _switching():
         visit = {"mode": mode}
         leave = opt.switch_mode(mode)
         visit["lr"] = opt.lr
+        visit["buffers_zero"] = all(not s["momentum_buffer"].any() for s in opt.state.values())
         # The momentum each of the next ramp + 1 steps used (set before its update).
         visit["momentum"] = []
         for _ in range(ARGS["ramp"] + 1):
@@ -94,8 +95,10 @@ def test_switches_keep_bsp_bitwise_and_apply_the_rules(run_peers, policy):
             start = MOMENTUM * 0.25
             want = [start + (MOMENTUM - start) * (k / RAMP) for k in range(RAMP)] + [MOMENTUM]
             assert v["momentum"] == want, mode
+            assert not any(x["buffers_zero"] for x in visits), mode
         else:
             assert v["momentum"] == [MOMENTUM] * (RAMP + 1), mode
+            assert all(x["buffers_zero"] for x in visits), mode
         # Entering BSP scales by 4, above the configured value: momentum stays where it is.
         assert v["back_momentum"] == MOMENTUM
     assert r0["accuracy"] >= 0.94, r0["accuracy"]
