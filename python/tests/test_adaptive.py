@@ -121,17 +121,20 @@ def _schedule_and_agreement():
     ttorch.init()
     data = sd.load_data()
     model = sd.make_model()
+    stats = ttorch.peer().grad_stats(batch_size=16)
     opt = ttorch.AdaptiveOptimizer(sd.make_sgd(model), "bsp", batch_size=16,
-                                   momentum_policy="keep")
+                                   momentum_policy="keep", grad_stats=stats)
     # Sync-Switch offline: BSP for the first 640 samples (10 steps of 4 x 16), then local
     # SGD; 1000 samples is not a step boundary, so that switch comes at 1024.
     opt.switch_at(640, "local")
     opt.switch_at(1000, "bsp")
     seen = []
     sd.train_steps(model, opt, data, 0, 20, RANK, SIZE,
-                   before_step=lambda s: seen.append((s, opt.mode, opt.momentum)))
+                   before_step=lambda s: seen.append((opt.mode, opt.momentum,
+                                                      stats.read()["steps"])))
     out = {"switches": [[s.step, s.samples, s.to_mode] for s in opt.switches],
-           "modes": [m for _, m, _ in seen], "momentum": sorted({m for _, _, m in seen})}
+           "modes": [m for m, _, _ in seen], "momentum": sorted({m for _, m, _ in seen}),
+           "stats_steps": [n for _, _, n in seen]}
     # Ranks that ask for different modes: every rank raises, and nothing changes.
     try:
         opt.switch_mode("sma" if RANK == 2 else "local")
@@ -151,6 +154,8 @@ def test_schedules_count_samples_and_ranks_must_agree(run_peers):
     # The mode seen before step s is the one of the step before: the switch is at s.
     assert r0["modes"] == ["bsp"] * 11 + ["local"] * 6 + ["bsp"] * 3
     assert r0["momentum"] == [MOMENTUM]
+    # BSP's allreduce feeds the gradient statistics; each switch starts them afresh.
+    assert r0["stats_steps"] == list(range(11)) + [0] * 6 + [1, 2, 3]
     assert all(r["disagree"] == "bsp" for r in results)
     assert len({r["digest"] for r in results}) == 1
 
