@@ -124,18 +124,24 @@ class AdaptiveOptimizer(SyncOptimizer):
     # -- the step ------------------------------------------------------------------------
 
     def step(self, closure: Any = None) -> Any:
-        while self._schedule and self.samples >= self._schedule[0][0]:
-            _, name = self._schedule.pop(0)
-            self._switch(name, f"scheduled at {self.samples} samples")
-        self._apply_momentum()
         loss = super().step(closure)
         self.steps += 1
         self.samples += self.batch_size * self.peer.size
-        if self.engine is not None:
-            self._engine_step()
         return loss
 
+    def _begin_update(self) -> None:
+        while self._schedule and self.samples >= self._schedule[0][0]:
+            _, name = self._schedule.pop(0)
+            self._switch(name, f"scheduled at {self.samples} samples")
+        if self.engine is not None:
+            self._engine_step()
+        self._apply_momentum()
+
     def _engine_step(self) -> None:
+        # Here, after backward and before the step's first collective: the engine measures
+        # a rank's step from the end of one engine step to the start of the next, leaving out
+        # the wait in its own gather. A BSP allreduce between the two would make every rank
+        # wait for the slowest and hide the straggler the online policy looks for.
         actions = self.engine.step(samples=self.batch_size)
         self.batch_advice = [a for a in actions if a.kind == "advise_batch"]
         for action in actions:

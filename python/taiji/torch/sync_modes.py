@@ -332,10 +332,15 @@ class SyncOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._begin_update()
         self.impl.before_update()
         self.optimizer.step()
         self.impl.after_update()
         return loss
+
+    def _begin_update(self) -> None:
+        """Runs after backward, before the mode's first collective of the step (a subclass
+        may change the mode here)."""
 
     def average_models(self) -> None:
         """Collective: every rank's parameters become the mean model (the model to evaluate
