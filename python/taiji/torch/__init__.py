@@ -29,6 +29,6 @@ from .sync_modes import (LocalSGDOptimizer, PairAveragingOptimizer,  # noqa: E40
                          SynchronousSGDOptimizer)
 
 __all__ = (["ProcessGroupTaiji", "WorkTaiji", "BACKEND_NAME", "peer_of", "hooks", "elastic",
-            "sync_rules", "AdaptiveOptimizer", "Switch", "SyncOptimizer", "SynchronousSGDOptimizer",
-            "SynchronousAveragingOptimizer", "PairAveragingOptimizer", "LocalSGDOptimizer"]
+            "sync_rules", "AdaptiveOptimizer", "Switch", "SyncOptimizer",
+            "SynchronousSGDOptimizer", "SynchronousAveragingOptimizer", "PairAveragingOptimizer", "LocalSGDOptimizer"]
            + list(_horovod_all))
