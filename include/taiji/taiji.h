@@ -586,8 +586,9 @@ TAIJI_API void taiji_rendezvous_stop(taiji_rendezvous_t *server);
 }
 #endif
 
-/* Monitoring and gradient statistics, in their own headers. */
+/* Monitoring, gradient statistics and the model store, in their own headers. */
 #include "taiji/metrics.h"
 #include "taiji/grad_stats.h"
+#include "taiji/model_store.h"
 
 #endif /* TAIJI_TAIJI_H */
