@@ -60,7 +60,7 @@ void ModelService::start(int rank, std::string name, uint64_t version, uint8_t* 
   transport_->send(rank, std::move(m));
 }
 
-void ModelService::finish(uint32_t id, const Status& status) {
+void ModelService::finish(uint32_t id, Status status) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   std::shared_ptr<RequestState> state = std::move(it->second.state);

@@ -86,7 +86,8 @@ class ModelService final : public ReceiveHandler {
     bool sending = false;      // a reply's chunks are still with the transport
   };
 
-  void finish(uint32_t id, const Status& status);
+  // By value: the status may be the erased request's own failure.
+  void finish(uint32_t id, Status status);
   void fail_or_defer(uint32_t id, Status why);
   // Owner side: replies to src's next waiting request, if it is not sending one already.
   void pump(int src);
