@@ -51,7 +51,8 @@ extern "C" {
   X(ERR_INTERNAL, -14, "internal error")                                                 \
   X(ERR_UNSUPPORTED, -15, "not supported")                                               \
   X(ERR_BOOTSTRAP, -16, "bootstrap (rendezvous or connection set-up) failed")             \
-  X(ERR_AUTH, -17, "authentication failed (a different or no job secret)")
+  X(ERR_AUTH, -17, "authentication failed (a different or no job secret)")               \
+  X(ERR_NOT_FOUND, -18, "no such name or version")
 
 typedef enum taiji_status {
 #define TAIJI_STATUS_ENUM_(name, value, text) TAIJI_##name = value,
@@ -585,8 +586,9 @@ TAIJI_API void taiji_rendezvous_stop(taiji_rendezvous_t *server);
 }
 #endif
 
-/* Monitoring and gradient statistics, in their own headers. */
+/* Monitoring, gradient statistics and the model store, in their own headers. */
 #include "taiji/metrics.h"
 #include "taiji/grad_stats.h"
+#include "taiji/model_store.h"
 
 #endif /* TAIJI_TAIJI_H */

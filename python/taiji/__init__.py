@@ -11,7 +11,8 @@ from ._log import log_to_python, log_to_stderr
 from ._types import (AVG, MAX, MIN, PROD, SUM, DType, ReduceOp, dtype_name, dtype_size,
                      reduce_op_name, to_dtype)
 from .errors import (Aborted, AuthError, BootstrapError, ConfigError, Duplicate, Finalized,
-                     InternalError, InvalidArgument, IOFailure, Mismatch, NoMemory, PeerLost,
+                     InternalError, InvalidArgument, IOFailure, Mismatch, NoMemory, NotFoundError,
+                     PeerLost,
                      ProtocolError, StaleVersion, TaijiError, Timeout, Unsupported,
                      VersionMismatch, error_class, status_name)
 from .grad_stats import GradStats
@@ -27,7 +28,7 @@ __all__ = [
     "TaijiError", "InvalidArgument", "NoMemory", "Timeout", "Mismatch", "PeerLost",
     "Duplicate", "StaleVersion", "ProtocolError", "IOFailure", "ConfigError", "Aborted",
     "Finalized", "VersionMismatch", "InternalError", "Unsupported", "BootstrapError",
-    "AuthError", "error_class", "status_name",
+    "AuthError", "NotFoundError", "error_class", "status_name",
     "Peer", "Request", "Topology", "GradStats", "RendezvousServer",
 ]
 

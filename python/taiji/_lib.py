@@ -139,6 +139,8 @@ _LATE_SIGNATURES = {
     "taiji_peer_cluster_version": (c_uint64, [_P]),
     "taiji_peer_joined_version": (c_uint64, [_P]),
     "taiji_peer_requested_size": (c_int, [_P]),
+    "taiji_model_save": (_S, [_P, c_char_p, c_void_p, c_size_t, c_uint64, POINTER(c_uint64)]),
+    "taiji_model_request": (_S, [_P, c_int, c_char_p, c_uint64, c_void_p, c_size_t, _OPT, _PP]),
 }
 
 

@@ -8,7 +8,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from . import _buffers, _dispatch, _lib, _log
+from . import _buffers, _dispatch, _lib, _log, model_store
 from ._types import SUM, to_reduce_op
 from .errors import (Finalized, InvalidArgument, TaijiError, Unsupported, check, make_error)
 from .request import Request
@@ -579,6 +579,24 @@ class Peer:
         moments: agree on one value (a broadcast from rank 0) before resizing. Blocks for
         one store round trip (at most about a second)."""
         return int(self._elastic("taiji_peer_requested_size")(self._handle))
+
+    # --- model store (python/taiji/model_store.py) --------------------------------------
+    def model_save(self, name: str, x: Any, version: int = 0) -> int:
+        """Copies x into this peer's store under name; returns the version saved (0: the
+        latest + 1). Never waits on the network."""
+        return model_store.save(self, name, x, version)
+
+    def model_request(self, rank: int, name: str, out: Any, version: int = 0,
+                      **opts: Any) -> Any:
+        """Fetches rank's saved model (version 0: the latest) into out, which must hold
+        exactly its bytes; returns out. The owner's I/O thread serves it. Options:
+        timeout_ms."""
+        return model_store.request(self, rank, name, out, version, opts, False)
+
+    def model_request_async(self, rank: int, name: str, out: Any, version: int = 0,
+                            **opts: Any) -> Request:
+        """model_request, returning a Request (options: timeout_ms, callback)."""
+        return model_store.request(self, rank, name, out, version, opts, True)
 
     # --- monitoring -------------------------------------------------------------------
     def _json(self, fn: Any) -> Dict[str, Any]:

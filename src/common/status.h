@@ -30,7 +30,8 @@ namespace taiji {
   X(Internal, ERR_INTERNAL, -14, "internal")                      \
   X(Unsupported, ERR_UNSUPPORTED, -15, "unsupported")             \
   X(Bootstrap, ERR_BOOTSTRAP, -16, "bootstrap")                   \
-  X(Auth, ERR_AUTH, -17, "auth")
+  X(Auth, ERR_AUTH, -17, "auth")                                  \
+  X(NotFound, ERR_NOT_FOUND, -18, "not_found")
 
 enum class Code : int32_t {
 #define TAIJI_CODE_ENUM_(code, public_name, value, label) code = value,

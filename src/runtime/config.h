@@ -58,6 +58,8 @@ struct Config {
   int fusion = -1;                  // fuse small allreduces: 1 on, 0 off; -1: unset (off)
   uint64_t fusion_max_op_bytes = 0; // largest op fused; 0: unset (64 KiB)
   uint64_t fusion_buffer_bytes = 0; // largest fused buffer; 0: unset (4 MiB)
+  int64_t model_store_versions = 0; // versions the model store keeps per name; 0: unset (3)
+  uint64_t model_store_bytes = 0;   // bound on the model store's bytes; 0: unset (1 GiB)
 };
 
 // Fills unset fields of `explicit_values` from the environment, then from defaults, and

@@ -79,11 +79,17 @@ Peer::Peer(const Config& config)
   // The services are built before the transports deliver to them, and they before they send.
   host_ = std::make_unique<HostBackend>(std::move(ho), &io_, &names_);
   probes_ = std::make_unique<RttProbes>(config_.rank, config_.size, metrics_.get());
+  models_ = std::make_unique<ModelStore>(static_cast<uint64_t>(config_.model_store_versions),
+                                         config_.model_store_bytes);
+  model_service_ = std::make_unique<ModelService>(config_.rank, config_.size, models_.get(),
+                                                  config_.max_payload);
   host_->engine().serve(router_);
   probes_->serve(router_);
+  model_service_->serve(router_);
   transports_ = std::make_unique<TransportStack>(io_.uv(), to, so, &router_);
   host_->set_transports(transports_.get());
   probes_->set_transport(&transports_->top());
+  model_service_->set_transport(&transports_->top());
   host_->engine().set_link_lost_handler(
       [this](int rank, const Status& why) { membership_.link_lost(rank, why); });
   // A lost rank ends this membership's work: the error stays until taiji_shrink replaces
@@ -321,6 +327,8 @@ void Peer::begin_close(CloseMode mode, int64_t wait_ms) {
   if (mode == CloseMode::Abort) {
     host_->fail_all({Code::Aborted, "peer aborted"});
     close_links(false);
+    // The links stopped reading: no reply writes into a requester's buffer any more.
+    model_service_->close({Code::Aborted, "peer aborted with the model request in flight"});
     return;
   }
   if (finalizing_ || closing_links_) return;
@@ -332,6 +340,7 @@ void Peer::begin_close(CloseMode mode, int64_t wait_ms) {
 
 void Peer::on_tick() {
   host_->tick();
+  model_service_->tick(uv_now(io_.uv()));
   // A credit from a rank this one does not read now is never delivered.
   transports_->tick();
   metrics_->sample_links(monotonic_ns());
@@ -360,6 +369,7 @@ void Peer::close_links(bool graceful) {
 void Peer::on_links_closed() {
   io_.refuse_work();
   host_->links_closed();
+  model_service_->close({Code::Finalized, "peer finalized with the model request in flight"});
   // Ops posted just before the close, or held back by a topology change, still complete
   // (with an error), never vanish.
   io_.drain();

@@ -21,6 +21,7 @@
 #include "runtime/host_backend.h"
 #include "runtime/io_loop.h"
 #include "runtime/membership.h"
+#include "runtime/model_service.h"
 #include "runtime/name_table.h"
 #include "runtime/op_poster.h"
 #include "runtime/router.h"
@@ -127,6 +128,16 @@ class Peer final : private ClusterListener {
   // Pings every other rank and waits for the replies (at most timeout_ms). Blocks.
   Status probe_rtt(int64_t timeout_ms);
 
+  // The model store (runtime/peer_models.cpp, runtime/model_service.h). Any thread; never
+  // waits on the network. Returns the version saved.
+  Result<uint64_t> model_save(const std::string& name, const void* data, uint64_t bytes, uint64_t version);
+  // Fetches `name` at `version` (0: the latest) from `rank`'s store into buf, which must
+  // stay valid until the request completes. timeout_ms 0: the op timeout. This rank's own
+  // store is read on the calling thread; the callback runs on the I/O thread either way.
+  Result<std::shared_ptr<RequestState>> model_request(int rank, const std::string& name, uint64_t version,
+                                                      void* buf, uint64_t bytes, int64_t timeout_ms,
+                                                      RequestState::Callback callback);
+
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
 
@@ -157,6 +168,8 @@ class Peer final : private ClusterListener {
   Status start_metrics_server();
   // I/O thread: writes the flight recorder to a file after ops timed out.
   void dump_flight_recorder(const Status& why);
+  // The checks model_save and model_request make of a name.
+  Status check_model_name(const std::string& name) const;
 
   Config config_;
   Membership membership_;
@@ -169,6 +182,9 @@ class Peer final : private ClusterListener {
 
   IoLoop io_;
   Router router_;                        // what the transports deliver to: the services
+  // Before the transports: a reply's chunks borrow the store's bytes until they are sent.
+  std::unique_ptr<ModelStore> models_;
+  std::unique_ptr<ModelService> model_service_;
   std::unique_ptr<TransportStack> transports_;
   std::unique_ptr<HostBackend> host_;
   std::unique_ptr<RttProbes> probes_;

@@ -32,6 +32,8 @@ constexpr size_t kMaxHostLabelBytes = 4096;
 constexpr uint64_t kMaxPending = 65536;  // more than any host's file descriptors allow
 constexpr uint64_t kMaxFlightRecorderSize = 1 << 20;
 constexpr uint64_t kMaxSpinUs = 1000000;
+// A model store keeping more versions than this is a leak, not a setting.
+constexpr uint64_t kMaxModelVersions = 1024;
 // Rings hold this many chunks by default: enough that a sender seldom waits for room (each
 // wait costs a credit frame and a wake-up), few enough that the ring stays in cache. In
 // alternating runs at n=2 and 4, 1-64 MiB, 4 MiB rings were never far from the best of
@@ -297,6 +299,17 @@ const Setting kSettings[] = {
      .def = "4M",
      .doc = "Largest fused buffer: ops of one dtype and reduction are packed into buffers up to "
             "this size, each reduced by one allreduce. Same on every peer."},
+    {.name = "TAIJI_MODEL_STORE_VERSIONS", .field = "model_store_versions", .type = T::Integer,
+     .member = &Config::model_store_versions, .unset = 0, .min = 1, .max = kMaxModelVersions,
+     .def = "3",
+     .doc = "Versions of each name the model store keeps (`taiji_model_save`, see "
+            "docs/model-store.md), 1..1024; a save past it evicts the oldest."},
+    {.name = "TAIJI_MODEL_STORE_BYTES", .field = "model_store_bytes", .type = T::Bytes,
+     .member = &Config::model_store_bytes, .max = kNoMax, .what = "model store bound",
+     .def = "1G",
+     .doc = "Bound on the bytes the model store keeps, all versions of all names together; a "
+            "save that would pass it fails with `TAIJI_ERR_NO_MEMORY` and keeps what was kept. "
+            "Every saved version is a copy held until it is evicted."},
 };
 
 }  // namespace

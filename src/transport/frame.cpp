@@ -35,6 +35,8 @@ const char* type_name(MsgType t) {
     case MsgType::ShmData: return "ShmData";
     case MsgType::ShmBell: return "ShmBell";
     case MsgType::Refuse: return "Refuse";
+    case MsgType::ModelRequest: return "ModelRequest";
+    case MsgType::ModelReply: return "ModelReply";
   }
   return "?";
 }
@@ -122,6 +124,10 @@ Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits,
     return bad("payload_len " + num(h.payload_len) + " in a ShmData frame (expected " +
                num(kShmDataPayload) + ")");
   }
+  if (h.type == MsgType::ModelRequest && h.payload_len != 0) {
+    return bad("payload_len " + num(h.payload_len) + " in a ModelRequest frame (expected 0)");
+  }
+  if (h.type == MsgType::ModelReply && h.stage > 1) return bad("bad stage " + num(h.stage) + " in a ModelReply frame");
   if (h.type == MsgType::Data || h.type == MsgType::ShmData) {
     if (!valid_dtype(h.dtype)) return bad("bad dtype " + num(h.dtype));
     if (op_kind_reduces(h.op_kind) && !valid_redop(h.redop)) {

@@ -37,8 +37,14 @@ enum class MsgType : uint8_t {
   ShmData = 11,   // a Data frame whose payload is in the ring (payload: where)
   ShmBell = 12,   // frames wait in the shared-memory mailbox (no payload)
   Refuse = 13,    // handshake: why the acceptor closes (payload: one RefuseReason byte)
+  // The model store (runtime/model_service.h), one-sided: the owner's caller takes no part.
+  ModelRequest = 14,  // name = model, op_version = version (0: latest), count = the bytes
+                      // the requester expects, chunk = request id; no payload
+  ModelReply = 15,    // chunk = request id, op_version = version served, count = its size;
+                      // stage 0: payload = bytes [offset, offset + payload_len) of the model;
+                      // stage 1: the request failed, root = -status, payload = UTF-8 reason
 };
-constexpr uint8_t kMaxMsgType = 13;
+constexpr uint8_t kMaxMsgType = 15;
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;

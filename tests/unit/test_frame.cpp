@@ -199,6 +199,19 @@ TEST_CASE("decode rejects each invalid field", "[frame]") {
     h.type = static_cast<MsgType>(kMaxMsgType + 1);
     require_error(h, l, "bad type " + std::to_string(kMaxMsgType + 1));
   }
+  SECTION("model store frames") {
+    FrameHeader m = data_header();
+    m.type = MsgType::ModelRequest;
+    m.op_kind = OpKind::None;
+    m.payload_len = 0;
+    require_ok(m, l);
+    m.payload_len = 1;
+    require_error(m, l, "payload_len 1 in a ModelRequest frame (expected 0)");
+    m.type = MsgType::ModelReply;
+    require_ok(m, l);
+    m.stage = 2;
+    require_error(m, l, "bad stage 2 in a ModelReply frame");
+  }
   SECTION("op_kind") {
     h.op_kind = static_cast<OpKind>(kMaxOpKind + 1);
     require_error(h, l, "bad op_kind " + std::to_string(kMaxOpKind + 1));
