@@ -27,7 +27,7 @@ import taiji.torch as ttorch
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--batch", type=int, default=16, help="samples per rank per step")
     parser.add_argument("--lr", type=float, default=0.05, help="BSP's learning rate")
     parser.add_argument("--momentum", type=float, default=0.9)
@@ -79,7 +79,7 @@ def main():
     sgd = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     engine = make_engine(args) if (args.straggler or args.batch_advice) else None
     opt = ttorch.AdaptiveOptimizer(sgd, "bsp", batch_size=args.batch, engine=engine,
-                                   ramp_steps=20)
+                                   ramp_steps=20, mode_options={"pair": {"seed": args.seed}})
     if not args.straggler:
         opt.switch_at(int(args.fraction * total), args.then)
     loss_fn = torch.nn.CrossEntropyLoss()
