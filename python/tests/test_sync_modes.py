@@ -56,11 +56,11 @@ def _train_each_mode():
 def test_each_mode_reaches_bsp_accuracy(run_peers):
     cases = [c for c in CASES if HAS_STORE or c[1] != "pair"]
     results = run_peers(_train_each_mode, 4, timeout=150,
-                        args={"tests": HERE, "epochs": 10, "cases": cases})
+                        args={"tests": HERE, "epochs": 15, "cases": cases})
     by_label = [{r.results[i]["label"]: r.results[i] for i in range(len(cases))}
                 for r in results]
     rank0 = by_label[0]
-    steps = 10 * (1347 // 64)
+    steps = 15 * (1347 // 64)
     report = {k: (round(v["accuracy"], 4), round(v["seconds"], 2)) for k, v in rank0.items()}
     print("accuracy, seconds on rank 0:", report)
     bsp = rank0["bsp"]["accuracy"]
