@@ -39,6 +39,8 @@ def parse_args():
                         help="slow RANK down by SECONDS a step; the online policy reacts")
     parser.add_argument("--batch-advice", action="store_true",
                         help="apply the engine's batch-size advice")
+    parser.add_argument("--max-batch", type=int, default=64,
+                        help="--batch-advice: advice past this batch per rank is not taken")
     parser.add_argument("--target", type=float, default=0.94)
     return parser.parse_args()
 
@@ -52,13 +54,16 @@ def load_data():
             torch.from_numpy(x_test), torch.from_numpy(y_test))
 
 
-def make_engine(args):
+def make_engine(args, stats):
     from taiji.adapt import Engine
-    engine = Engine(ttorch.peer())
+    # The batch advice reads the gradient noise scale that BSP's allreduce measures into
+    # ``stats`` (the optimizer feeds it, the engine reads it).
+    engine = Engine(ttorch.peer(), grad_stats=stats)
     if args.straggler:
         engine.add("sync_switch_online", k=1.5, m=5)
     if args.batch_advice:
-        engine.add("batch_advice")
+        # At most a doubling every 25 steps: the digits set is small.
+        engine.add("batch_advice", interval=25, max_scale=2.0)
     return engine
 
 
@@ -77,8 +82,10 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
                                 torch.nn.Linear(128, 10))
     sgd = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    engine = make_engine(args) if (args.straggler or args.batch_advice) else None
+    stats = ttorch.peer().grad_stats(batch_size=args.batch) if args.batch_advice else None
+    engine = make_engine(args, stats) if (args.straggler or args.batch_advice) else None
     opt = ttorch.AdaptiveOptimizer(sgd, "bsp", batch_size=args.batch, engine=engine,
+                                   grad_stats=stats,
                                    ramp_steps=20, mode_options={"pair": {"seed": args.seed}})
     if not args.straggler:
         opt.switch_at(int(args.fraction * total), args.then)
@@ -101,9 +108,12 @@ def main():
         opt.step()
         for action in opt.batch_advice:
             old = opt.batch_size
-            if opt.apply_batch_advice(action) != old and rank == 0:
+            if round(old * action.batch_scale) > args.max_batch:
+                continue  # every rank sees the same advice and skips it alike
+            opt.apply_batch_advice(action)
+            if rank == 0:
                 print(f"step {opt.steps}: batch per rank {old} -> {opt.batch_size}, "
-                      f"lr x{action.lr_scale:g} ({action.reason})", flush=True)
+                      f"lr x{action.lr_scale:.3g} ({action.reason})", flush=True)
         for s in opt.switches[seen:]:
             if rank == 0:
                 print(f"step {s.step} ({s.samples} samples): {s.from_mode} -> {s.to_mode}, "
