@@ -207,7 +207,8 @@ def test_engine_moves_a_straggling_job_to_pair_and_back(run_peers):
     to_pair = next(s[0] for s in r0["switches"] if s[2] == "pair")
     back = [s[0] for s in r0["switches"] if s[1] == "pair" and s[2] == "bsp"]
     assert slow[0] < to_pair < slow[1], r0["switches"]
-    assert back and back[-1] > to_pair, r0["switches"]
+    # Back only once the rank recovered: m = 5 calm steps after the last slow one.
+    assert back and back[-1] > slow[1], r0["switches"]
     assert r0["modes"][-1] == "bsp"
     assert all(s[3] < 1.0 for s in r0["switches"])
     # Back in BSP at the end: one model everywhere.
