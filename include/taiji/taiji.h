@@ -585,8 +585,9 @@ TAIJI_API void taiji_rendezvous_stop(taiji_rendezvous_t *server);
 }
 #endif
 
-/* Monitoring and gradient statistics, in their own headers. */
+/* Monitoring, gradient statistics and adaptation, in their own headers. */
 #include "taiji/metrics.h"
 #include "taiji/grad_stats.h"
+#include "taiji/adapt.h"
 
 #endif /* TAIJI_TAIJI_H */
