@@ -65,8 +65,9 @@ class CallbackPolicy final : public taiji::Policy {
     taiji_action_list list{actions};
     const taiji_status_t s = fn_(&view, &list, user_);
     if (s != TAIJI_OK) {
-      return {static_cast<taiji::Code>(s),
-              std::string("callback failed with ") + taiji_status_name(s)};
+      // A positive status is no error code; the step still fails, as an internal error.
+      const taiji::Code code = s < 0 ? static_cast<taiji::Code>(s) : taiji::Code::Internal;
+      return {code, std::string("callback returned ") + taiji_status_name(s)};
     }
     return {};
   }
