@@ -4,6 +4,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -136,6 +137,20 @@ TEST_CASE("adapt: sync_switch_online goes to pair under a straggler and back aft
       if (i == 3) failures.expect(rank, taiji_adapt_sync_mode(e.get()) == TAIJI_SYNC_PAIR, "not in pair after step 3");
     }
     failures.expect(rank, taiji_adapt_sync_mode(e.get()) == TAIJI_SYNC_BSP, "not back in bsp");
+    // The steps went into the metrics as step marks do: ten timed steps (the first only
+    // starts the clock), rank 1 flagged in the five it was slow.
+    std::string json(1 << 16, '\0');
+    size_t needed = 0;
+    if (!failures.expect_status(rank, "metrics", taiji_metrics_json(peer, json.data(), json.size(), &needed),
+                                TAIJI_OK)) {
+      return;
+    }
+    json.resize(std::strlen(json.c_str()));
+    failures.expect(rank, json.find("\"steps\":{\"count\":10,") != std::string::npos, "step count: " + json);
+    const size_t one = json.find("{\"rank\":1,\"seconds\":");
+    const size_t flagged = json.find("\"straggler_steps\":", one);
+    failures.expect(rank, one != std::string::npos && json.compare(flagged, 20, "\"straggler_steps\":5}") == 0,
+                    "rank 1's straggler steps: " + json);
   });
   failures.add_all(lines);
   check_no_failures(failures);
