@@ -189,13 +189,13 @@ class Engine:
 
     def set_input(self, key: str, value: float) -> None:
         """This rank's custom input for the next step; every rank sets the same keys, or
-        the step raises MismatchError on every rank."""
+        the step raises Mismatch on every rank."""
         self._check(_lib.late("taiji_adapt_set_input")(self._c(), key.encode(), float(value)))
 
     def step(self, samples: float, timeout_ms: Optional[int] = None) -> List[Action]:
         """The step's collective (every rank, once per step; it replaces Peer.step_mark):
         returns the actions every rank decided, set_topology already applied. Blocks up to
-        timeout_ms (None: the peer's default). Raises the peer's errors, MismatchError for
+        timeout_ms (None: the peer's default). Raises the peer's errors, Mismatch for
         ranks at different steps or with other input keys, or what a Python policy raised."""
         actions = (_lib.Action * 4)()
         for a in actions:

@@ -108,3 +108,25 @@ def test_find_bsp_fraction():
     with pytest.raises(ValueError):
         find_bsp_fraction([], 0.9, resolution=0)
     assert Action("resize", size=3).applied is False
+
+
+def _mismatched_keys():
+    from taiji.adapt import Engine
+    with peer() as p:
+        eng = Engine(p)
+        eng.add(lambda view: [])
+        eng.set_input("a" if RANK == 0 else "b", 1.0)
+        try:
+            eng.step(samples=1, timeout_ms=20000)
+            emit("no error")
+        except taiji.Mismatch as e:
+            emit(e.message)
+        eng.set_input("a", 1.0)
+        emit(len(eng.step(samples=1, timeout_ms=20000)))
+
+
+def test_mismatched_input_keys_fail_every_rank(run_peers):
+    results = run_peers(_mismatched_keys, 2, timeout=60)
+    for r in results:
+        assert r.results == ["adapt step: rank 1 set other custom input keys than rank 0 (1 vs 1 keys); "
+                             "every rank must set the same keys", 0]
