@@ -43,6 +43,8 @@ def main():
     parser.add_argument("--compute", type=int, default=384, help="matrix side of the compute")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--blocks", type=int, default=60)
+    parser.add_argument("--skip", action="append", default=[],
+                        help="leave this built-in out (repeatable), to see what each costs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     peer = taiji.Peer()
@@ -54,7 +56,8 @@ def main():
     a = np.random.default_rng(rank).standard_normal((args.compute, args.compute)).astype(np.float32)
     engine = Engine(peer)
     for name, params in POLICIES:
-        engine.add(name, **params)
+        if name not in args.skip:
+            engine.add(name, **params)
     actions = []
     times = {"step_mark": [], "adapt_step": []}
     calls = {"step_mark": [], "adapt_step": []}
@@ -94,7 +97,7 @@ def main():
     adapt = statistics.median(times["adapt_step"]) * 1e3
     mark_call = statistics.median(calls["step_mark"]) * 1e3
     adapt_call = statistics.median(calls["adapt_step"]) * 1e3
-    row = {"ranks": size, "mib": args.mib, "steps": len(times["step_mark"]),
+    row = {"ranks": size, "policies": len(POLICIES) - len(set(args.skip)), "mib": args.mib, "steps": len(times["step_mark"]),
            "step_mark_ms": round(mark, 3), "adapt_step_ms": round(adapt, 3),
            "overhead_pct": round(100 * (adapt - mark) / mark, 2),
            "step_mark_call_ms": round(mark_call, 3), "adapt_step_call_ms": round(adapt_call, 3)}
