@@ -18,8 +18,6 @@ struct taiji_adapt {
   taiji::Engine engine;
   taiji_grad_stats_t* stats = nullptr;
   std::map<std::string, double> inputs;
-  // Only an elastic policy reads the requested size, which costs rank 0 a store round trip.
-  bool wants_requested_size = false;
   // The last step's actions: the strings handed out point into them.
   std::vector<taiji::Action> last;
 };
@@ -112,7 +110,6 @@ taiji_status_t taiji_adapt_add_policy(taiji_adapt_t* engine, const char* spec) {
   return guarded(peer, [&] {
     auto made = taiji::make_policy(spec);
     if (!made.is_ok()) return record(peer, made.status());
-    if (made.value()->name() == "elastic") engine->wants_requested_size = true;
     engine->engine.add(std::move(made.value()));
     return TAIJI_OK;
   });
@@ -223,7 +220,10 @@ taiji_status_t taiji_adapt_step(taiji_adapt_t* engine, double samples, int64_t t
       }
     }
     taiji::Peer& impl = *peer->impl;
-    if (engine->wants_requested_size && impl.rank() == 0) in.requested_size = peer->elastic->requested_size(impl);
+    // Read only when a policy needs it: it costs rank 0 a store round trip.
+    if (impl.rank() == 0 && engine->engine.wants_requested_size(engine->engine.steps())) {
+      in.requested_size = peer->elastic->requested_size(impl);
+    }
     const taiji::Status s = taiji::adapt_step(impl, engine->engine, in, timeout_ms, nullptr, &engine->last);
     auto* base = reinterpret_cast<unsigned char*>(actions);
     for (size_t i = 0; i < engine->last.size() && i < max_actions; ++i) {

@@ -33,7 +33,7 @@ POLICIES = [
     ("sync_switch_online", {"k": 3, "m": 50}),
     ("adaptive_topology", {"threshold": 0.2, "window": 10}),
     ("batch_advice", {}),
-    ("elastic", {}),
+    ("elastic", {}),  # polls the requested size every step: the costliest setting
 ]
 
 

@@ -273,16 +273,20 @@ class BatchAdvice final : public Policy {
 
 // ---- elastic ---------------------------------------------------------------------------
 // Resizes when a size was requested from outside (taiji-run, the store) that differs from
-// the current one, or when a scheduled step comes; the request wins over the schedule.
+// the current one, or when a scheduled step comes; the request wins over the schedule. The
+// request is read every `poll` steps (poll=0: never), since each read costs rank 0 a
+// store round trip.
 class ElasticPolicy final : public Policy {
  public:
-  explicit ElasticPolicy(std::vector<std::pair<uint64_t, int>> schedule) : schedule_(std::move(schedule)) {}
+  ElasticPolicy(std::vector<std::pair<uint64_t, int>> schedule, uint64_t poll)
+      : schedule_(std::move(schedule)), poll_(poll) {}
   std::string name() const override { return "elastic"; }
+  bool wants_requested_size(uint64_t step) const override { return poll_ > 0 && step % poll_ == 0; }
   Status on_step(const StepView& v, std::vector<Action>* actions) override {
     const StepTable& t = *v.table;
     Action a;
     a.kind = ActionKind::Resize;
-    if (t.requested_size > 0 && t.requested_size != t.size) {
+    if (wants_requested_size(t.step) && t.requested_size > 0 && t.requested_size != t.size) {
       a.size = t.requested_size;
       a.reason = "size " + std::to_string(a.size) + " requested";
     } else {
@@ -300,6 +304,7 @@ class ElasticPolicy final : public Policy {
 
  private:
   std::vector<std::pair<uint64_t, int>> schedule_;
+  uint64_t poll_;
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -364,7 +369,9 @@ Result<std::unique_ptr<Policy>> make_batch(Params& p) {
 
 Result<std::unique_ptr<Policy>> make_elastic(Params& p) {
   std::string text;
+  uint64_t poll = 1;
   if (Status s = p.text("schedule", &text); !s.is_ok()) return s;
+  if (Status s = p.integer("poll", 0, 1000000000, &poll); !s.is_ok()) return s;
   std::vector<std::pair<uint64_t, int>> schedule;
   if (!text.empty()) {
     for (const std::string& item : split(text, ',')) {
@@ -383,7 +390,7 @@ Result<std::unique_ptr<Policy>> make_elastic(Params& p) {
       schedule.emplace_back(step, size);
     }
   }
-  return std::unique_ptr<Policy>(new ElasticPolicy(std::move(schedule)));
+  return std::unique_ptr<Policy>(new ElasticPolicy(std::move(schedule), poll));
 }
 
 const std::vector<std::pair<std::string, Maker>>& makers() {

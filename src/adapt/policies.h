@@ -5,7 +5,7 @@
 //   sync_switch_online k=1.5 m=5
 //   adaptive_topology threshold=0.8 window=10 candidates=slow_leaf/ring input=KEY
 //   batch_advice interval=1 tolerance=0.25 min_scale=0.25 max_scale=16
-//   elastic schedule=STEP:SIZE,STEP:SIZE
+//   elastic schedule=STEP:SIZE,STEP:SIZE poll=1
 #pragma once
 
 #include <memory>

@@ -94,6 +94,13 @@ Status Engine::step(const StepTable& table, std::vector<Action>* out) {
   return {};
 }
 
+bool Engine::wants_requested_size(uint64_t step) const {
+  for (const auto& p : policies_) {
+    if (p->wants_requested_size(step)) return true;
+  }
+  return false;
+}
+
 void Engine::reset() {
   for (auto& p : policies_) p->reset();
 }

@@ -76,6 +76,9 @@ class Policy {
   // Forgets every baseline and counter: after a resize or a switch the old ones no longer
   // describe the cluster.
   virtual void reset() {}
+  // Whether the table of step `step` needs the size requested from outside, which costs
+  // rank 0 a store round trip; only then is it read.
+  virtual bool wants_requested_size(uint64_t /*step*/) const { return false; }
 };
 
 // Runs the policies in the order they were added and resolves conflicts deterministically:
@@ -95,6 +98,9 @@ class Engine {
 
   // The view the engine derives from a table, with the running total of samples.
   StepView derive(const StepTable& table) const;
+
+  // Whether any policy needs the requested size in the table of step `step`.
+  bool wants_requested_size(uint64_t step) const;
 
   SyncMode sync_mode() const { return mode_; }
   void set_sync_mode(SyncMode mode) { mode_ = mode; }

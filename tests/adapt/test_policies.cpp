@@ -244,6 +244,28 @@ TEST_CASE("elastic: a request from outside, else the schedule", "[policies]") {
   REQUIRE(out[0].reason == "size 3 requested");
 }
 
+TEST_CASE("elastic: the request is read every poll steps, never with poll=0", "[policies]") {
+  Engine e;
+  REQUIRE_FALSE(e.wants_requested_size(0));
+  e.add(make("elastic poll=3"));
+  REQUIRE(e.wants_requested_size(0));
+  REQUIRE_FALSE(e.wants_requested_size(1));
+  REQUIRE(e.wants_requested_size(3));
+  StepTable t = table(4, {0.1, 0.1, 0.1, 0.1});
+  t.requested_size = 2;
+  REQUIRE(run(e, t).size() == 1);  // step 0
+  REQUIRE(run(e, t).empty());      // step 1: not read, whatever the table holds
+  REQUIRE(run(e, t).empty());
+  REQUIRE(run(e, t)[0].size == 2);  // step 3
+  Engine never;
+  never.add(make("elastic poll=0 schedule=1:2"));
+  REQUIRE_FALSE(never.wants_requested_size(0));
+  REQUIRE(run(never, t).empty());
+  REQUIRE(run(never, t)[0].reason == "scheduled at step 1");
+  REQUIRE(make_policy("elastic every=2").status().message() ==
+          "elastic: unknown parameter 'every' (known: schedule, poll)");
+}
+
 TEST_CASE("the binary search for the BSP fraction", "[policies]") {
   // Nothing tried: the middle.
   auto r = find_bsp_fraction({}, {}, 0.9, 0.01, 0.125);
