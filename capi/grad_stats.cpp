@@ -26,6 +26,8 @@ taiji::Result<std::shared_ptr<taiji::RequestState>> post_with_grad_stats(
   return taiji::post_allreduce_with_stats(*peer->impl, std::move(args), stats->impl);
 }
 
+taiji_peer_t* grad_stats_peer(const taiji_grad_stats_t* stats) { return stats->peer; }
+
 }  // namespace taiji_capi
 
 extern "C" {

@@ -85,6 +85,9 @@ taiji_status_t post_and_finish(taiji_peer_t* peer, taiji_request_t** request, Po
 taiji::Result<std::shared_ptr<taiji::RequestState>> post_with_grad_stats(
     taiji_peer_t* peer, taiji_grad_stats_t* stats, taiji::PostArgs args);
 
+// The peer a gradient-statistics object was created on (capi/grad_stats.cpp).
+taiji_peer_t* grad_stats_peer(const taiji_grad_stats_t* stats);
+
 // Applies the keys set by taiji_config_set over the explicit values (capi/config.cpp).
 taiji::Status apply_settings(const taiji_config_t& config, taiji::Config* out);
 // Whether the caller's struct_size covers the whole settings field (an older header's

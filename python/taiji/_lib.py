@@ -131,6 +131,29 @@ _SIGNATURES = {
     "taiji_grad_stats_state_string": (c_char_p, [_S]),
 }
 
+class Action(Structure):
+    """taiji_action_t."""
+    _fields_ = [("struct_size", c_size_t), ("kind", c_int), ("mode", c_int), ("size", c_int),
+                ("topology", c_char_p), ("batch_scale", c_double), ("lr_scale", c_double),
+                ("policy", c_char_p), ("reason", c_char_p), ("applied", c_int)]
+
+    def __init__(self) -> None:
+        super().__init__(ctypes.sizeof(Action), 0, 0, 0, None, 1.0, 1.0, None, None, 0)
+
+
+class StepView(Structure):
+    """taiji_step_view_t (read-only, during a policy callback)."""
+    _fields_ = [("struct_size", c_size_t), ("step", c_uint64), ("size", c_int),
+                ("requested_size", c_int), ("step_seconds", POINTER(c_double)),
+                ("samples", POINTER(c_double)), ("link_bytes_per_second", POINTER(c_double)),
+                ("stragglers", POINTER(ctypes.c_ubyte)), ("median_seconds", c_double),
+                ("throughput", c_double), ("noise_scale", c_double), ("snr", c_double),
+                ("sync_mode", c_int), ("total_samples", c_uint64), ("n_inputs", c_size_t),
+                ("input_keys", POINTER(c_char_p)), ("inputs", POINTER(c_double))]
+
+
+ADAPT_POLICY = CFUNCTYPE(c_int, POINTER(StepView), c_void_p, c_void_p)
+
 # Declared on first use instead of at load, so that the package still loads a library that
 # predates them; late() raises AttributeError naming the missing symbol.
 _LATE_SIGNATURES = {
@@ -141,6 +164,23 @@ _LATE_SIGNATURES = {
     "taiji_peer_requested_size": (c_int, [_P]),
     "taiji_model_save": (_S, [_P, c_char_p, c_void_p, c_size_t, c_uint64, POINTER(c_uint64)]),
     "taiji_model_request": (_S, [_P, c_int, c_char_p, c_uint64, c_void_p, c_size_t, _OPT, _PP]),
+    "taiji_sync_mode_name": (c_char_p, [c_int]),
+    "taiji_action_kind_name": (c_char_p, [c_int]),
+    "taiji_adapt_create": (_S, [_P, POINTER(c_void_p)]),
+    "taiji_adapt_destroy": (None, [c_void_p]),
+    "taiji_adapt_add_policy": (_S, [c_void_p, c_char_p]),
+    "taiji_adapt_add_callback": (_S, [c_void_p, ADAPT_POLICY, c_void_p]),
+    "taiji_action_list_add": (_S, [c_void_p, POINTER(Action)]),
+    "taiji_adapt_set_grad_stats": (_S, [c_void_p, c_void_p]),
+    "taiji_adapt_set_input": (_S, [c_void_p, c_char_p, c_double]),
+    "taiji_adapt_set_sync_mode": (_S, [c_void_p, c_int]),
+    "taiji_adapt_sync_mode": (c_int, [c_void_p]),
+    "taiji_adapt_reset": (_S, [c_void_p]),
+    "taiji_adapt_step": (_S, [c_void_p, c_double, c_int64, POINTER(Action), c_size_t,
+                              POINTER(c_size_t)]),
+    "taiji_adapt_find_bsp_fraction": (_S, [POINTER(c_double), POINTER(c_double), c_size_t,
+                                           c_double, c_double, c_double, POINTER(c_double),
+                                           POINTER(c_int)]),
 }
 
 

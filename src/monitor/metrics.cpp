@@ -107,6 +107,15 @@ void Metrics::op_ended(uint64_t token, const OpStart& s, int32_t code, const std
   (it != names_.end() ? it->second : other_).stats.add(s.bytes, failed, latency);
 }
 
+double Metrics::mean_send_rate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  double sum = 0;
+  for (size_t r = 0; r < link_state_.size(); ++r) {
+    if (static_cast<int>(r) != rank_) sum += link_state_[r].send_rate;
+  }
+  return size_ > 1 ? sum / (size_ - 1) : 0;
+}
+
 void Metrics::sample_links(uint64_t now_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   if (link_sampled_ns_ == 0) {

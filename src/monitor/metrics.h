@@ -88,6 +88,9 @@ class Metrics {
   // Updates each link's smoothed throughput; call periodically (it samples at most
   // once per second).
   void sample_links(uint64_t now_ns);
+  // The mean smoothed send rate (bytes per second) of this rank's links to the others: its
+  // own view of its throughput, which adaptation compares with a reference.
+  double mean_send_rate() const;
 
   // ---- round-trip probes ----
   // A new probe round: its number. rtt_sending, on the I/O thread, notes when its

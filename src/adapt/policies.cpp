@@ -1,0 +1,472 @@
+// The built-in policies. Each is small and keeps only what it needs of the tables it has
+// seen; every decision is a function of the gathered tables alone, so that every rank
+// decides the same.
+#include "adapt/policies.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+namespace taiji {
+
+namespace {
+
+// A spec's parameters: each must be known to the policy and used once.
+class Params {
+ public:
+  Params(std::string policy, std::map<std::string, std::string> values)
+      : policy_(std::move(policy)), values_(std::move(values)) {}
+
+  Status number(const std::string& key, double lo, double hi, double* out) {
+    known_.push_back(key);
+    auto it = values_.find(key);
+    if (it == values_.end()) return {};
+    const std::string& text = it->second;
+    double v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v)) {
+      return bad(key, "'" + text + "' is not a number");
+    }
+    if (v < lo || v > hi) {
+      std::ostringstream range;
+      range << "must be in [" << lo << ", " << hi << "], got " << text;
+      return bad(key, range.str());
+    }
+    *out = v;
+    return {};
+  }
+  Status integer(const std::string& key, uint64_t lo, uint64_t hi, uint64_t* out) {
+    double v = static_cast<double>(*out);
+    if (Status s = number(key, static_cast<double>(lo), static_cast<double>(hi), &v); !s.is_ok()) return s;
+    if (v != std::floor(v)) return bad(key, "must be a whole number");
+    *out = static_cast<uint64_t>(v);
+    return {};
+  }
+  Status text(const std::string& key, std::string* out) {
+    known_.push_back(key);
+    auto it = values_.find(key);
+    if (it != values_.end()) *out = it->second;
+    return {};
+  }
+  bool has(const std::string& key) const { return values_.count(key) != 0; }
+  // After every parameter was read: refuses those the policy does not know.
+  Status finish() const {
+    for (const auto& [key, value] : values_) {
+      if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+      std::string list;
+      for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
+      return {Code::InvalidArgument, policy_ + ": unknown parameter '" + key + "' (known: " + list + ")"};
+    }
+    return {};
+  }
+  Status bad(const std::string& key, const std::string& why) const {
+    return {Code::InvalidArgument, policy_ + ": " + key + " " + why};
+  }
+
+ private:
+  std::string policy_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> known_;
+};
+
+std::string fmt(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// ---- sync_switch_offline -------------------------------------------------------------
+// Sync-Switch's offline policy: BSP first (it reaches good accuracy), then ASP (it is
+// faster) once `fraction` of the training samples are done; the learning rate follows the
+// linear scaling rule. The switch fires on the step that crosses the threshold, so it
+// needs no state and a later reset does not repeat it.
+class SyncSwitchOffline final : public Policy {
+ public:
+  SyncSwitchOffline(double fraction, double total) : fraction_(fraction), total_(total) {}
+  std::string name() const override { return "sync_switch_offline"; }
+  Status on_step(const StepView& v, std::vector<Action>* actions) override {
+    const double threshold = fraction_ * total_;
+    double step_samples = 0;
+    for (double s : v.table->samples) step_samples += std::max(s, 0.0);
+    const double before = static_cast<double>(v.total_samples) - step_samples;
+    if (v.table->sync_mode != SyncMode::Bsp || before >= threshold ||
+        static_cast<double>(v.total_samples) < threshold) {
+      return {};
+    }
+    Action a;
+    a.kind = ActionKind::SetSyncMode;
+    a.mode = SyncMode::Pair;
+    a.lr_scale = lr_scale_for_switch(SyncMode::Bsp, SyncMode::Pair, v.table->size);
+    a.reason = std::to_string(v.total_samples) + " of " + fmt(total_) + " samples done (fraction " +
+               fmt(fraction_) + ")";
+    actions->push_back(std::move(a));
+    return {};
+  }
+
+ private:
+  double fraction_;
+  double total_;
+};
+
+// ---- sync_switch_online --------------------------------------------------------------
+// Sync-Switch's online policy for stragglers: BSP waits for the slowest rank every step,
+// ASP does not. A rank slower than k x median for m steps in a row moves the cluster to
+// pair averaging; m steps in a row without any straggler move it back to BSP.
+class SyncSwitchOnline final : public Policy {
+ public:
+  SyncSwitchOnline(double k, uint64_t m) : k_(k), m_(m) {}
+  std::string name() const override { return "sync_switch_online"; }
+  Status on_step(const StepView& v, std::vector<Action>* actions) override {
+    const StepTable& t = *v.table;
+    if (!v.times_known) return {};
+    slow_.resize(static_cast<size_t>(t.size), 0);
+    int worst = -1;
+    bool any = false;
+    for (size_t r = 0; r < slow_.size(); ++r) {
+      const double s = t.step_seconds[r];
+      const bool slow = s > k_ * v.median_seconds && s > v.median_seconds + 1e-3;
+      slow_[r] = slow ? slow_[r] + 1 : 0;
+      any = any || slow;
+      if (slow_[r] >= m_ && worst < 0) worst = static_cast<int>(r);
+    }
+    calm_ = any ? 0 : calm_ + 1;
+    Action a;
+    a.kind = ActionKind::SetSyncMode;
+    if (t.sync_mode == SyncMode::Bsp && worst >= 0) {
+      a.mode = SyncMode::Pair;
+      a.reason = "rank " + std::to_string(worst) + " slower than " + fmt(k_) + "x the median for " +
+                 std::to_string(slow_[static_cast<size_t>(worst)]) + " steps";
+    } else if (t.sync_mode == SyncMode::Pair && calm_ >= m_) {
+      a.mode = SyncMode::Bsp;
+      a.reason = "no straggler for " + std::to_string(calm_) + " steps";
+    } else {
+      return {};
+    }
+    a.lr_scale = lr_scale_for_switch(t.sync_mode, a.mode, t.size);
+    actions->push_back(std::move(a));
+    reset();
+    return {};
+  }
+  void reset() override {
+    slow_.clear();
+    calm_ = 0;
+  }
+
+ private:
+  double k_;
+  uint64_t m_;
+  std::vector<uint64_t> slow_;  // per rank, consecutive slow steps
+  uint64_t calm_ = 0;           // consecutive steps without a straggler
+};
+
+// ---- adaptive_topology ---------------------------------------------------------------
+// KungFu's adaptive strategies: after each (re)start, the mean of each rank's throughput
+// over `window` steps is its reference; afterwards a rank votes when its throughput falls
+// below threshold x its reference, and a majority of votes moves the cluster to the next
+// candidate topology, whose reference is then measured afresh. "slow_leaf" is a binary
+// tree with the rank that fell furthest at a leaf, so it relays nobody's data.
+class AdaptiveTopology final : public Policy {
+ public:
+  AdaptiveTopology(double threshold, uint64_t window, std::vector<std::string> candidates, std::string input)
+      : threshold_(threshold), window_(window), candidates_(std::move(candidates)), input_(std::move(input)) {}
+  std::string name() const override { return "adaptive_topology"; }
+  Status on_step(const StepView& v, std::vector<Action>* actions) override {
+    const StepTable& t = *v.table;
+    const std::vector<double>* view = &t.link_bytes_per_second;
+    if (!input_.empty()) {
+      view = v.input(input_);
+      if (view == nullptr) return {};
+    }
+    if (t.size < 2) return {};
+    if (sum_.size() != static_cast<size_t>(t.size)) reset();
+    sum_.resize(static_cast<size_t>(t.size), 0);
+    if (measured_ < window_) {
+      for (size_t r = 0; r < sum_.size(); ++r) sum_[r] += (*view)[r];
+      ++measured_;
+      return {};
+    }
+    int votes = 0;
+    int slowest = -1;
+    double lowest = 0;
+    for (size_t r = 0; r < sum_.size(); ++r) {
+      const double reference = sum_[r] / static_cast<double>(window_);
+      if (!(reference > 0)) continue;
+      const double ratio = (*view)[r] / reference;
+      if (ratio < threshold_) ++votes;
+      if (slowest < 0 || ratio < lowest) {
+        slowest = static_cast<int>(r);
+        lowest = ratio;
+      }
+    }
+    if (2 * votes <= t.size) return {};
+    const std::string& next = candidates_[next_ % candidates_.size()];
+    ++next_;
+    Action a;
+    a.kind = ActionKind::SetTopology;
+    if (next == "slow_leaf") {
+      std::vector<int> order;
+      for (int r = 0; r < t.size; ++r) {
+        if (r != slowest) order.push_back(r);
+      }
+      order.push_back(slowest);
+      a.topology = tree_text(order);
+    } else {
+      a.topology = next;
+    }
+    a.reason = std::to_string(votes) + " of " + std::to_string(t.size) + " ranks below " + fmt(threshold_) +
+               "x their reference throughput; slowest rank " + std::to_string(slowest) + " -> " + next;
+    actions->push_back(std::move(a));
+    reset();
+    return {};
+  }
+  void reset() override {
+    sum_.clear();
+    measured_ = 0;
+  }
+
+ private:
+  double threshold_;
+  uint64_t window_;
+  std::vector<std::string> candidates_;
+  std::string input_;
+  std::vector<double> sum_;  // per rank, over the reference window
+  uint64_t measured_ = 0;
+  size_t next_ = 0;          // kept across resets: candidates are tried in turn
+};
+
+// ---- batch_advice ---------------------------------------------------------------------
+// The gradient noise scale B (McCandlish et al.) is the batch beyond which a larger batch
+// stops paying for itself, so the advice is the cluster batch B (KungFu's adaptive batch).
+// The learning rate follows AdaScale's gain for that scale S, as adaptdl computes it:
+// r = (B/b + 1) / (B/(S b) + 1), b the current cluster batch.
+class BatchAdvice final : public Policy {
+ public:
+  BatchAdvice(uint64_t interval, double tolerance, double min_scale, double max_scale)
+      : interval_(interval), tolerance_(tolerance), min_scale_(min_scale), max_scale_(max_scale) {}
+  std::string name() const override { return "batch_advice"; }
+  Status on_step(const StepView& v, std::vector<Action>* actions) override {
+    const StepTable& t = *v.table;
+    if (t.step % interval_ != 0 || !(t.noise_scale > 0)) return {};
+    double batch = 0;
+    for (double s : t.samples) batch += std::max(s, 0.0);
+    if (!(batch > 0)) return {};
+    const double scale = std::clamp(t.noise_scale / batch, min_scale_, max_scale_);
+    if (std::fabs(scale - 1) <= tolerance_) return {};
+    const double ratio = t.noise_scale / batch;
+    Action a;
+    a.kind = ActionKind::AdviseBatch;
+    a.batch_scale = scale;
+    a.lr_scale = (ratio + 1) / (ratio / scale + 1);
+    a.reason = "noise scale " + fmt(t.noise_scale) + " vs cluster batch " + fmt(batch);
+    actions->push_back(std::move(a));
+    return {};
+  }
+
+ private:
+  uint64_t interval_;
+  double tolerance_;
+  double min_scale_;
+  double max_scale_;
+};
+
+// ---- elastic ---------------------------------------------------------------------------
+// Resizes when a size was requested from outside (taiji-run, the store) that differs from
+// the current one, or when a scheduled step comes; the request wins over the schedule. The
+// request is read every `poll` steps (poll=0: never), since each read costs rank 0 a
+// store round trip.
+class ElasticPolicy final : public Policy {
+ public:
+  ElasticPolicy(std::vector<std::pair<uint64_t, int>> schedule, uint64_t poll)
+      : schedule_(std::move(schedule)), poll_(poll) {}
+  std::string name() const override { return "elastic"; }
+  bool wants_requested_size(uint64_t step) const override { return poll_ > 0 && step % poll_ == 0; }
+  Status on_step(const StepView& v, std::vector<Action>* actions) override {
+    const StepTable& t = *v.table;
+    Action a;
+    a.kind = ActionKind::Resize;
+    if (wants_requested_size(t.step) && t.requested_size > 0 && t.requested_size != t.size) {
+      a.size = t.requested_size;
+      a.reason = "size " + std::to_string(a.size) + " requested";
+    } else {
+      for (const auto& [step, size] : schedule_) {
+        if (step == t.step && size != t.size) {
+          a.size = size;
+          a.reason = "scheduled at step " + std::to_string(step);
+        }
+      }
+      if (a.size == 0) return {};
+    }
+    actions->push_back(std::move(a));
+    return {};
+  }
+
+ private:
+  std::vector<std::pair<uint64_t, int>> schedule_;
+  uint64_t poll_;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+using Maker = Result<std::unique_ptr<Policy>> (*)(Params&);
+
+Result<std::unique_ptr<Policy>> make_offline(Params& p) {
+  double fraction = -1, total = -1;
+  if (Status s = p.number("fraction", 0, 1, &fraction); !s.is_ok()) return s;
+  if (Status s = p.number("total_samples", 1, 1e18, &total); !s.is_ok()) return s;
+  if (!p.has("fraction") || !p.has("total_samples")) {
+    return Status{Code::InvalidArgument, "sync_switch_offline: fraction and total_samples are required"};
+  }
+  return std::unique_ptr<Policy>(new SyncSwitchOffline(fraction, total));
+}
+
+Result<std::unique_ptr<Policy>> make_online(Params& p) {
+  double k = 1.5;
+  uint64_t m = 5;
+  if (Status s = p.number("k", 1, 1e6, &k); !s.is_ok()) return s;
+  if (Status s = p.integer("m", 1, 1000000, &m); !s.is_ok()) return s;
+  return std::unique_ptr<Policy>(new SyncSwitchOnline(k, m));
+}
+
+Result<std::unique_ptr<Policy>> make_topology(Params& p) {
+  double threshold = 0.8;
+  uint64_t window = 10;
+  std::string candidates = "slow_leaf/ring", input;
+  if (Status s = p.number("threshold", 0, 1, &threshold); !s.is_ok()) return s;
+  if (Status s = p.integer("window", 1, 1000000, &window); !s.is_ok()) return s;
+  if (Status s = p.text("candidates", &candidates); !s.is_ok()) return s;
+  if (Status s = p.text("input", &input); !s.is_ok()) return s;
+  std::vector<std::string> list = split(candidates, '/');
+  for (const auto& c : list) {
+    if (c.empty()) return p.bad("candidates", "has an empty name (names are separated by '/')");
+  }
+  return std::unique_ptr<Policy>(new AdaptiveTopology(threshold, window, std::move(list), input));
+}
+
+Result<std::unique_ptr<Policy>> make_batch(Params& p) {
+  uint64_t interval = 1;
+  double tolerance = 0.25, min_scale = 0.25, max_scale = 16;
+  if (Status s = p.integer("interval", 1, 1000000000, &interval); !s.is_ok()) return s;
+  if (Status s = p.number("tolerance", 0, 1e6, &tolerance); !s.is_ok()) return s;
+  if (Status s = p.number("min_scale", 1e-6, 1, &min_scale); !s.is_ok()) return s;
+  if (Status s = p.number("max_scale", 1, 1e6, &max_scale); !s.is_ok()) return s;
+  return std::unique_ptr<Policy>(new BatchAdvice(interval, tolerance, min_scale, max_scale));
+}
+
+Result<std::unique_ptr<Policy>> make_elastic(Params& p) {
+  std::string text;
+  uint64_t poll = 1;
+  if (Status s = p.text("schedule", &text); !s.is_ok()) return s;
+  if (Status s = p.integer("poll", 0, 1000000000, &poll); !s.is_ok()) return s;
+  std::vector<std::pair<uint64_t, int>> schedule;
+  if (!text.empty()) {
+    for (const std::string& item : split(text, ',')) {
+      const size_t colon = item.find(':');
+      uint64_t step = 0;
+      int size = 0;
+      const char* b = item.data();
+      const char* e = b + item.size();
+      bool ok = colon != std::string::npos;
+      if (ok) {
+        auto r1 = std::from_chars(b, b + colon, step);
+        auto r2 = std::from_chars(b + colon + 1, e, size);
+        ok = r1.ec == std::errc() && r1.ptr == b + colon && r2.ec == std::errc() && r2.ptr == e && size >= 1;
+      }
+      if (!ok) return p.bad("schedule", "item '" + item + "' is not STEP:SIZE with SIZE >= 1");
+      schedule.emplace_back(step, size);
+    }
+  }
+  return std::unique_ptr<Policy>(new ElasticPolicy(std::move(schedule), poll));
+}
+
+const std::vector<std::pair<std::string, Maker>>& makers() {
+  static const std::vector<std::pair<std::string, Maker>> table = {
+      {"sync_switch_offline", make_offline}, {"sync_switch_online", make_online},
+      {"adaptive_topology", make_topology},  {"batch_advice", make_batch},
+      {"elastic", make_elastic},
+  };
+  return table;
+}
+
+}  // namespace
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& [name, maker] : makers()) out.push_back(name);
+    return out;
+  }();
+  return names;
+}
+
+Result<std::unique_ptr<Policy>> make_policy(const std::string& spec) {
+  std::istringstream in(spec);
+  std::string name, word;
+  in >> name;
+  std::map<std::string, std::string> values;
+  while (in >> word) {
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Status{Code::InvalidArgument, name + ": '" + word + "' is not key=value"};
+    }
+    if (!values.emplace(word.substr(0, eq), word.substr(eq + 1)).second) {
+      return Status{Code::InvalidArgument, name + ": " + word.substr(0, eq) + " given twice"};
+    }
+  }
+  for (const auto& [known, maker] : makers()) {
+    if (known != name) continue;
+    Params params(name, std::move(values));
+    auto made = maker(params);
+    if (!made.is_ok()) return made.status();
+    if (Status s = params.finish(); !s.is_ok()) return s;
+    return made;
+  }
+  std::string list;
+  for (const auto& n : policy_names()) list += (list.empty() ? "" : ", ") + n;
+  return Status{Code::InvalidArgument, "unknown policy '" + name + "' (built-ins: " + list + ")"};
+}
+
+std::string tree_text(const std::vector<int>& order) {
+  const size_t n = order.size();
+  std::vector<int> parent(n, -1);
+  for (size_t i = 1; i < n; ++i) parent[static_cast<size_t>(order[i])] = order[(i - 1) / 2];
+  std::string parents;
+  for (size_t r = 0; r < n; ++r) parents += (r ? "," : "") + std::to_string(parent[r]);
+  return "pairs=1;n=" + std::to_string(n) + ";R0:" + parents + "|B0:" + parents;
+}
+
+FractionSearch find_bsp_fraction(const std::vector<double>& fractions,
+                                 const std::vector<double>& accuracies, double bsp_accuracy,
+                                 double tolerance, double resolution) {
+  double good = 1;  // BSP all the way is good by definition
+  for (size_t i = 0; i < fractions.size() && i < accuracies.size(); ++i) {
+    if (accuracies[i] >= bsp_accuracy - tolerance) good = std::min(good, fractions[i]);
+  }
+  double bad = 0;
+  bool bad_seen = false;
+  for (size_t i = 0; i < fractions.size() && i < accuracies.size(); ++i) {
+    if (accuracies[i] < bsp_accuracy - tolerance && fractions[i] < good) {
+      bad = std::max(bad, fractions[i]);
+      bad_seen = true;
+    }
+  }
+  // Zero (ASP from the start) is only known bad once tried; it is the search's lower end.
+  if (good - bad <= resolution && (bad_seen || good <= resolution)) return {true, good};
+  return {false, (bad + good) / 2};
+}
+
+}  // namespace taiji
