@@ -114,6 +114,17 @@ class SyncSwitchOffline final : public Policy {
 // Sync-Switch's online policy for stragglers: BSP waits for the slowest rank every step,
 // ASP does not. A rank slower than k x median for m steps in a row moves the cluster to
 // pair averaging; m steps in a row without any straggler move it back to BSP.
+// Each rank's time for the median rank's sample count: step seconds / samples x the median
+// samples. A rank that reports no samples keeps its raw step time.
+std::vector<double> step_equivalents(const StepTable& t) {
+  const double typical = median_of_known(t.samples);
+  std::vector<double> out(t.step_seconds);
+  for (size_t r = 0; r < out.size() && r < t.samples.size(); ++r) {
+    if (t.samples[r] > 0 && typical > 0 && out[r] >= 0) out[r] = out[r] / t.samples[r] * typical;
+  }
+  return out;
+}
+
 class SyncSwitchOnline final : public Policy {
  public:
   SyncSwitchOnline(double k, uint64_t m) : k_(k), m_(m) {}
@@ -122,11 +133,16 @@ class SyncSwitchOnline final : public Policy {
     const StepTable& t = *v.table;
     if (!v.times_known) return {};
     slow_.resize(static_cast<size_t>(t.size), 0);
+    // Judged per sample: in an asynchronous mode a check spans however many local steps a
+    // rank took since the last one, so a fast rank's interval holds more samples. With
+    // every rank's samples equal (a synchronous step) this is the step time itself.
+    const std::vector<double> per_step = step_equivalents(t);
+    const double median = median_of_known(per_step);
     int worst = -1;
     bool any = false;
     for (size_t r = 0; r < slow_.size(); ++r) {
-      const double s = t.step_seconds[r];
-      const bool slow = s > k_ * v.median_seconds && s > v.median_seconds + 1e-3;
+      const double s = per_step[r];
+      const bool slow = s > k_ * median && s > median + 1e-3;
       slow_[r] = slow ? slow_[r] + 1 : 0;
       any = any || slow;
       if (slow_[r] >= m_ && worst < 0) worst = static_cast<int>(r);

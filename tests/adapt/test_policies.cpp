@@ -290,3 +290,24 @@ TEST_CASE("the binary search for the BSP fraction", "[policies]") {
   r = find_bsp_fraction({0.5}, {0.5}, 0.9, 0.01, 0.125);
   REQUIRE(r.fraction == 0.75);
 }
+
+TEST_CASE("sync_switch_online judges time per sample when checks span several local steps", "[policies]") {
+  Engine e;
+  e.set_sync_mode(SyncMode::Pair);
+  e.add(make("sync_switch_online k=1.5 m=2"));
+  // One second between checks on every rank: the fast ranks took 40 steps of 16 samples,
+  // the slow one 10. Raw times are equal; per sample, rank 2 is four times slower.
+  StepTable lagging = table(4, {1.0, 1.0, 1.0, 1.0});
+  lagging.samples = {640, 640, 160, 640};
+  lagging.sync_mode = SyncMode::Pair;
+  REQUIRE(run(e, lagging).empty());
+  REQUIRE(run(e, lagging).empty());
+  REQUIRE(run(e, lagging).empty());  // a straggler persists: pair stays
+  StepTable even = lagging;
+  even.samples = {640, 640, 620, 640};
+  REQUIRE(run(e, even).empty());
+  const auto out = run(e, even);
+  REQUIRE(out.size() == 1);
+  REQUIRE(out[0].mode == SyncMode::Bsp);
+  REQUIRE(out[0].reason == "no straggler for 2 steps");
+}
