@@ -190,32 +190,40 @@ class AdaptiveTopology final : public Policy {
   std::string name() const override { return "adaptive_topology"; }
   Status on_step(const StepView& v, std::vector<Action>* actions) override {
     const StepTable& t = *v.table;
-    const std::vector<double>* view = &t.link_bytes_per_second;
+    if (t.size < 2 || (input_.empty() && !v.times_known)) return {};
+    // A rank's own throughput: samples per second of its step (KungFu times its allreduces
+    // the same way), or the framework's figure under input=KEY.
+    std::vector<double> own(static_cast<size_t>(t.size), 0);
+    for (size_t r = 0; r < own.size(); ++r) {
+      if (t.step_seconds[r] > 0) own[r] = t.samples[r] / t.step_seconds[r];
+    }
+    const std::vector<double>* view = &own;
     if (!input_.empty()) {
       view = v.input(input_);
       if (view == nullptr) return {};
     }
-    if (t.size < 2) return {};
     if (sum_.size() != static_cast<size_t>(t.size)) reset();
     sum_.resize(static_cast<size_t>(t.size), 0);
+    link_sum_.resize(static_cast<size_t>(t.size), 0);
     if (measured_ < window_) {
-      for (size_t r = 0; r < sum_.size(); ++r) sum_[r] += (*view)[r];
+      for (size_t r = 0; r < sum_.size(); ++r) {
+        sum_[r] += (*view)[r];
+        link_sum_[r] += t.link_bytes_per_second[r];
+      }
       ++measured_;
       return {};
     }
     int votes = 0;
-    int slowest = -1;
-    double lowest = 0;
     for (size_t r = 0; r < sum_.size(); ++r) {
       const double reference = sum_[r] / static_cast<double>(window_);
-      if (!(reference > 0)) continue;
-      const double ratio = (*view)[r] / reference;
-      if (ratio < threshold_) ++votes;
-      if (slowest < 0 || ratio < lowest) {
-        slowest = static_cast<int>(r);
-        lowest = ratio;
-      }
+      if (reference > 0 && (*view)[r] / reference < threshold_) ++votes;
     }
+    // The framework's own figure names the slowest rank. Step times do not: under a
+    // synchronous strategy every rank's step slows alike, so the rank to move is then the
+    // one whose links' send rate fell furthest.
+    int slowest = input_.empty() ? slowest_by(link_sum_, t.link_bytes_per_second) : -1;
+    if (slowest < 0) slowest = slowest_by(sum_, *view);
+    if (slowest < 0) slowest = t.size - 1;
     if (2 * votes <= t.size) return {};
     const std::string& next = candidates_[next_ % candidates_.size()];
     ++next_;
@@ -239,15 +247,34 @@ class AdaptiveTopology final : public Policy {
   }
   void reset() override {
     sum_.clear();
+    link_sum_.clear();
     measured_ = 0;
   }
 
  private:
+  // The rank whose value fell furthest below its reference (sums over the window); -1
+  // when no rank has a reference.
+  int slowest_by(const std::vector<double>& sums, const std::vector<double>& now) const {
+    int slowest = -1;
+    double lowest = 0;
+    for (size_t r = 0; r < sums.size(); ++r) {
+      const double reference = sums[r] / static_cast<double>(window_);
+      if (!(reference > 0)) continue;
+      const double ratio = now[r] / reference;
+      if (slowest < 0 || ratio < lowest) {
+        slowest = static_cast<int>(r);
+        lowest = ratio;
+      }
+    }
+    return slowest;
+  }
+
   double threshold_;
   uint64_t window_;
   std::vector<std::string> candidates_;
   std::string input_;
-  std::vector<double> sum_;  // per rank, over the reference window
+  std::vector<double> sum_;       // per rank, over the reference window
+  std::vector<double> link_sum_;  // per rank, its links' mean send rate over the window
   uint64_t measured_ = 0;
   size_t next_ = 0;          // kept across resets: candidates are tried in turn
 };

@@ -311,3 +311,19 @@ TEST_CASE("sync_switch_online judges time per sample when checks span several lo
   REQUIRE(out[0].mode == SyncMode::Bsp);
   REQUIRE(out[0].reason == "no straggler for 2 steps");
 }
+
+TEST_CASE("adaptive_topology by default judges each rank's step throughput, and moves the rank whose links fell furthest", "[policies]") {
+  Engine e;
+  e.add(make("adaptive_topology window=2 candidates=slow_leaf"));
+  StepTable fast = table(4, {0.1, 0.1, 0.1, 0.1});
+  fast.link_bytes_per_second = {100, 100, 100, 100};
+  REQUIRE(run(e, fast).empty());
+  REQUIRE(run(e, fast).empty());
+  StepTable slow = table(4, {0.4, 0.4, 0.4, 0.4});  // every step four times longer
+  slow.link_bytes_per_second = {30, 90, 25, 60};     // rank 2's links fell furthest
+  const auto out = run(e, slow);
+  REQUIRE(out.size() == 1);
+  REQUIRE(out[0].kind == ActionKind::SetTopology);
+  REQUIRE(out[0].topology == "pairs=1;n=4;R0:-1,0,1,0|B0:-1,0,1,0");  // order 0,1,3,2: 2 a leaf of 1
+  REQUIRE(out[0].reason == "4 of 4 ranks below 0.8x their reference throughput; slowest rank 2 -> slow_leaf");
+}
