@@ -5,11 +5,9 @@ import pathlib
 
 import pytest
 
-import taiji
 from taiji.torch import sync_rules
 
 HERE = str(pathlib.Path(__file__).resolve().parent)
-HAS_STORE = hasattr(taiji.Peer, "model_save")
 
 # (label, mode, options). BSP comes first: the others are compared with it.
 CASES = [
@@ -54,7 +52,7 @@ def _train_each_mode():
 
 
 def test_each_mode_reaches_bsp_accuracy(run_peers):
-    cases = [c for c in CASES if HAS_STORE or c[1] != "pair"]
+    cases = CASES
     results = run_peers(_train_each_mode, 4, timeout=150,
                         args={"tests": HERE, "epochs": 15, "cases": cases})
     by_label = [{r.results[i]["label"]: r.results[i] for i in range(len(cases))}
@@ -79,8 +77,7 @@ def test_each_mode_reaches_bsp_accuracy(run_peers):
     assert rank0["local-qsr"]["averagings"] == steps // 4
     votes = {r["local-vote"]["averagings"] for r in by_label}
     assert len(votes) == 1 and 0 < votes.pop() < steps
-    if HAS_STORE:
-        assert all(r["pair"]["requests"] == steps for r in by_label)
+    assert all(r["pair"]["requests"] == steps for r in by_label)
 
 
 def test_rules_match_the_c_core():

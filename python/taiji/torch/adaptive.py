@@ -55,19 +55,29 @@ class AdaptiveOptimizer(SyncOptimizer):
     place. ``batch_size`` is this rank's batch per step (the same on every rank);
     ``samples`` counts them over the cluster. ``mode_options`` maps a mode to the options of
     its object (``{"local": {"period": 8}, "sma": {"alpha": 0.5}}``). Construction is
-    collective and starts every rank from rank 0's model."""
+    collective and starts every rank from rank 0's model.
+
+    With an ``engine``, ``samples`` is the engine's running total, the same on every rank
+    at the same engine step; under pair averaging, where the ranks do not wait for each
+    other, the engine is consulted every ``check_seconds`` instead of every step, so end a
+    training loop on ``samples`` (every rank sees the same) rather than on ``steps``."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, mode: str = "bsp", *,
                  batch_size: int, peer: Optional[taiji.Peer] = None, engine: Any = None,
                  grad_stats: Optional[taiji.GradStats] = None, momentum_policy: str = "scale",
                  ramp_steps: int = 50, mode_options: Optional[Dict[str, Dict[str, Any]]] = None,
-                 prefix: str = "adaptive") -> None:
+                 prefix: str = "adaptive", check_seconds: float = 0.5) -> None:
         if momentum_policy not in MOMENTUM_POLICIES:
             raise ValueError(f"momentum_policy must be one of {', '.join(MOMENTUM_POLICIES)}")
         if int(batch_size) < 1:
             raise ValueError("batch_size must be >= 1")
+        if not check_seconds > 0:
+            raise ValueError("check_seconds must be > 0")
         self.batch_size = int(batch_size)
         self.engine = engine
+        self.check_seconds = float(check_seconds)
+        # Under pair averaging the engine is consulted on a clock (see _engine_step).
+        self._clock: Optional[Tuple[float, int, int]] = None  # (origin, checks, samples since)
         self.grad_stats = grad_stats
         self.momentum_policy = momentum_policy
         self.ramp_steps = int(ramp_steps)
@@ -87,8 +97,18 @@ class AdaptiveOptimizer(SyncOptimizer):
         self._mode_ids = torch.zeros(1, dtype=torch.int64)
         super().__init__(optimizer, mode, peer, prefix, **self._mode_kwargs(parse_sync_mode(mode)))
         self._modes[self.impl.name] = self.impl
-        if engine is not None and engine.sync_mode != self.impl.name:
-            engine.set_sync_mode(self.impl.name)
+        if engine is not None:
+            if engine.sync_mode != self.impl.name:
+                engine.set_sync_mode(self.impl.name)
+            # The engine's running total is the same on every rank at the same engine step,
+            # also under pair averaging, where ranks train at their own pace: it is what
+            # `samples` reports, so schedules and loop ends agree.
+            self._agreed_samples = 0
+            engine.add(self._observe_samples)
+
+    def _observe_samples(self, view: Any) -> list:
+        self._agreed_samples = int(view.total_samples)
+        return []
 
     def _mode_kwargs(self, name: str) -> Dict[str, Any]:
         kwargs = dict(self._options.get(name, {}))
@@ -126,7 +146,10 @@ class AdaptiveOptimizer(SyncOptimizer):
     def step(self, closure: Any = None) -> Any:
         loss = super().step(closure)
         self.steps += 1
-        self.samples += self.batch_size * self.peer.size
+        if self.engine is None:
+            self.samples += self.batch_size * self.peer.size
+        else:
+            self.samples = self._agreed_samples
         return loss
 
     def _begin_update(self) -> None:
@@ -142,7 +165,22 @@ class AdaptiveOptimizer(SyncOptimizer):
         # a rank's step from the end of one engine step to the start of the next, leaving out
         # the wait in its own gather. A BSP allreduce between the two would make every rank
         # wait for the slowest and hide the straggler the online policy looks for.
-        actions = self.engine.step(samples=self.batch_size)
+        samples = self.batch_size
+        if self.impl.name == "pair":
+            # Pair averaging lets no rank wait for another, and an engine step every step
+            # would (it is a collective): consult the engine on a clock instead. The k-th
+            # check is due check_seconds x k after entering the mode, on every rank, so
+            # the ranks' k-th checks meet within one slow step of each other, and a check
+            # reports the samples this rank trained since the last one (the policies
+            # compare ranks per sample).
+            origin, checks, pending = self._clock or (time.monotonic(), 0, 0)
+            pending += samples
+            if time.monotonic() < origin + (checks + 1) * self.check_seconds:
+                self._clock = (origin, checks, pending)
+                return
+            self._clock = (origin, checks + 1, 0)
+            samples = pending
+        actions = self.engine.step(samples=samples)
         self.batch_advice = [a for a in actions if a.kind == "advise_batch"]
         for action in actions:
             if action.kind == "set_sync_mode":
@@ -179,6 +217,7 @@ class AdaptiveOptimizer(SyncOptimizer):
         # entering pair saves every rank's model before anyone requests one.
         new.enter(old)
         self.impl = new
+        self._clock = (time.monotonic(), 0, 0) if name == "pair" else None
         if self.grad_stats is not None:
             self.grad_stats.reset()
         if self.engine is not None:
