@@ -4,8 +4,8 @@
 
 trains with taiji.torch.AdaptiveOptimizer under Sync-Switch's offline policy: BSP for the
 first --fraction of the samples, then --then (pair averaging by default, AD-PSGD over the
-model store). With ``--straggler RANK:SECONDS`` rank RANK sleeps that long every step of the
-middle third of the training and the online policy of taiji.adapt's engine
+model store). With ``--straggler RANK:SECONDS`` rank RANK sleeps that long every step from
+--slow-from to --slow-until of the samples (the middle third by default) and the online policy of taiji.adapt's engine
 (sync_switch_online) moves the job to pair averaging while it lags and back to BSP after;
 ``--batch-advice`` adds the engine's batch_advice policy and applies what it advises (batch
 per rank and learning rate). Each rank takes its slice of the same global batch from a fixed
@@ -14,6 +14,7 @@ the averaged model; exits with status 1 below --target (default 0.94).
 """
 
 import argparse
+import json
 import sys
 import time
 
@@ -37,6 +38,13 @@ def parse_args():
     parser.add_argument("--then", default="pair", help="offline policy: the mode after BSP")
     parser.add_argument("--straggler", default=None, metavar="RANK:SECONDS",
                         help="slow RANK down by SECONDS a step; the online policy reacts")
+    parser.add_argument("--slow-from", type=float, default=1 / 3,
+                        help="--straggler: from this share of the samples ...")
+    parser.add_argument("--slow-until", type=float, default=2 / 3,
+                        help="--straggler: ... until this one")
+    parser.add_argument("--no-policy", action="store_true",
+                        help="--straggler: stay in BSP (the baseline the policy is measured against)")
+    parser.add_argument("--json", action="store_true", help="rank 0 ends with one JSON line")
     parser.add_argument("--batch-advice", action="store_true",
                         help="apply the engine's batch-size advice")
     parser.add_argument("--max-batch", type=int, default=64,
@@ -59,7 +67,7 @@ def make_engine(args, stats):
     # The batch advice reads the gradient noise scale that BSP's allreduce measures into
     # ``stats`` (the optimizer feeds it, the engine reads it).
     engine = Engine(ttorch.peer(), grad_stats=stats)
-    if args.straggler:
+    if args.straggler and not args.no_policy:
         engine.add("sync_switch_online", k=1.5, m=5)
     if args.batch_advice:
         # At most a doubling every 25 steps: the digits set is small.
@@ -86,7 +94,8 @@ def main():
     engine = make_engine(args, stats) if (args.straggler or args.batch_advice) else None
     opt = ttorch.AdaptiveOptimizer(sgd, "bsp", batch_size=args.batch, engine=engine,
                                    grad_stats=stats,
-                                   ramp_steps=20, mode_options={"pair": {"seed": args.seed}})
+                                   ramp_steps=20, mode_options={"pair": {"seed": args.seed}},
+                                   check_seconds=0.1)
     if not args.straggler:
         opt.switch_at(int(args.fraction * total), args.then)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -101,7 +110,7 @@ def main():
                 args.seed * 1000 + epoch))
         idx = order[pos:pos + glob][rank::size]
         pos += glob
-        if rank == slow_rank and total / 3 <= opt.samples < 2 * total / 3:
+        if rank == slow_rank and args.slow_from * total <= opt.samples < args.slow_until * total:
             time.sleep(slow_s)
         opt.zero_grad()
         loss_fn(model(x[idx]), y[idx]).backward()
@@ -128,6 +137,11 @@ def main():
         print(f"test accuracy {accuracy:.4f} (target {args.target}) after {opt.steps} steps, "
               f"{opt.samples} samples, {seconds:.1f} s; final mode {opt.mode}, "
               f"{len(opt.switches)} switches", flush=True)
+        if args.json:
+            print(json.dumps({"accuracy": accuracy, "seconds": seconds, "samples": opt.samples,
+                              "steps": opt.steps, "mode": opt.mode,
+                              "switches": [[w.step, w.from_mode, w.to_mode, w.seconds]
+                                           for w in opt.switches]}), flush=True)
     if engine is not None:
         engine.close()
     ttorch.shutdown()
