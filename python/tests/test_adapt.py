@@ -58,7 +58,7 @@ def _builtin_by_name():
 def test_builtin_by_name_switches_on_every_rank(run_peers):
     results = run_peers(_builtin_by_name, 2, timeout=60)
     # 2 ranks x 8 samples a step: the 32nd sample (half of 64) is done at step 1.
-    want = {"seen": [[1, "set_sync_mode", "pair", 0.5, "sync_switch_offline",
+    want = {"seen": [[1, "set_sync_mode", "pair", 1.0, "sync_switch_offline",
                       "32 of 64 samples done (fraction 0.5)"]], "mode": "pair"}
     for r in results:
         assert r.results == [want, "bsp"]
@@ -94,7 +94,7 @@ def test_bad_specs_raise_with_a_message(run_peers):
     assert r.results == [{
         "unknown": ["InvalidArgument", "unknown policy 'fastest' (built-ins: sync_switch_offline, "
                     "sync_switch_online, adaptive_topology, batch_advice, elastic)"],
-        "param": ["InvalidArgument", "sync_switch_online: unknown parameter 'q' (known: k, m)"],
+        "param": ["InvalidArgument", "sync_switch_online: unknown parameter 'q' (known: k, m, lr_rule)"],
         "value": ["InvalidArgument", "sync_switch_online: k 'fast' is not a number"],
         "mode": ["ValueError", "unknown sync mode 'fast' (one of bsp, sma, pair, local)"],
         "raised": "policy bug",

@@ -26,7 +26,8 @@ def _switching():
     model = sd.make_model()
     opt = ttorch.AdaptiveOptimizer(sd.make_sgd(model, ARGS["lr"], ARGS["momentum"]), "bsp",
                                    batch_size=sd.GLOBAL_BATCH // SIZE,
-                                   ramp_steps=ARGS["ramp"], momentum_policy=ARGS["policy"])
+                                   ramp_steps=ARGS["ramp"], momentum_policy=ARGS["policy"],
+                                   lr_rule=ARGS["lr_rule"])
     step = 0
 
     def run(n):
@@ -69,13 +70,13 @@ def _modes():
     return ["local", "sma", "pair"]
 
 
-@pytest.mark.parametrize("policy", ["scale", "reset"])
-def test_switches_keep_bsp_bitwise_and_apply_the_rules(run_peers, policy):
+@pytest.mark.parametrize("policy,lr_rule", [("scale", "linear"), ("reset", "average")])
+def test_switches_keep_bsp_bitwise_and_apply_the_rules(run_peers, policy, lr_rule):
     modes = _modes()
     results = [r.results[0] for r in run_peers(
         _switching, 4, timeout=120, args={"tests": HERE, "modes": modes, "lr": LR,
                                           "momentum": MOMENTUM, "ramp": RAMP,
-                                          "policy": policy})]
+                                          "policy": policy, "lr_rule": lr_rule})]
     r0 = results[0]
     assert len({r["start"] for r in results}) == 1
     for i, mode in enumerate(modes):
@@ -86,9 +87,14 @@ def test_switches_keep_bsp_bitwise_and_apply_the_rules(run_peers, policy):
         assert len({x["equal"] for x in visits}) == 1, mode
         assert len({x["after"] for x in visits}) == 1, mode
         assert max(max(x["seconds"]) for x in visits) < 1.0, (mode, [x["seconds"] for x in visits])
-        # Linear rule on 4 ranks: x1/4 leaving BSP, x4 back; both exact in binary.
-        assert v["scales"] == [0.25, 4.0]
-        assert v["lr"] == LR * 0.25 and v["back_lr"] == LR
+        if lr_rule == "linear":
+            # On 4 ranks: x1/4 leaving BSP, x4 back; both exact in binary.
+            assert v["scales"] == [0.25, 4.0]
+            assert v["lr"] == LR * 0.25 and v["back_lr"] == LR
+        else:
+            # The averaged model is what moves: the local rate stays.
+            assert v["scales"] == [1.0, 1.0]
+            assert v["lr"] == LR and v["back_lr"] == LR
         if policy == "scale":
             start = MOMENTUM * 0.25
             want = [start + (MOMENTUM - start) * (k / RAMP) for k in range(RAMP)] + [MOMENTUM]
@@ -236,5 +242,5 @@ def test_example_switches_offline_and_reaches_its_target():
         raise AssertionError(f"adaptive_digits.py still running after 90 s\n{e.stdout}"
                              f"\n{e.stderr}") from None
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"bsp -> {then}, lr x0.25" in proc.stdout, proc.stdout
+    assert f"bsp -> {then}, lr x1" in proc.stdout, proc.stdout
     assert "test accuracy" in proc.stdout

@@ -84,10 +84,15 @@ def test_rules_match_the_c_core():
     assert sync_rules.parse_sync_mode("ASP") == "pair"
     with pytest.raises(ValueError):
         sync_rules.parse_sync_mode("ssp")
-    assert sync_rules.lr_scale_for_switch("bsp", "pair", 4) == 0.25
-    assert sync_rules.lr_scale_for_switch("local", "bsp", 8) == 8.0
-    assert sync_rules.lr_scale_for_switch("sma", "pair", 4) == 1.0
-    assert sync_rules.lr_scale_for_switch("bsp", "bsp", 4) == 1.0
+    assert sync_rules.lr_scale_for_switch("bsp", "pair", 4, "linear") == 0.25
+    assert sync_rules.lr_scale_for_switch("local", "bsp", 8, "linear") == 8.0
+    assert sync_rules.lr_scale_for_switch("sma", "pair", 4, "linear") == 1.0
+    assert sync_rules.lr_scale_for_switch("bsp", "bsp", 4, "linear") == 1.0
+    assert sync_rules.lr_scale_for_switch("bsp", "pair", 4) == 1.0
+    assert sync_rules.lr_scale_for_switch("pair", "bsp", 4, "average") == 1.0
+    assert sync_rules.momentum_scale_for_switch("bsp", "pair", 4) == 0.25
+    with pytest.raises(ValueError):
+        sync_rules.lr_scale_for_switch("bsp", "pair", 4, "sqrt")
     assert sync_rules.qsr_period(0.05, 0.1, 2) == 4
     assert sync_rules.qsr_period(0.01, 0.1, 2) == 100
     assert sync_rules.qsr_period(0.5, 0.1, 3) == 3

@@ -80,11 +80,11 @@ std::string fmt(double v) {
 // ---- sync_switch_offline -------------------------------------------------------------
 // Sync-Switch's offline policy: BSP first (it reaches good accuracy), then ASP (it is
 // faster) once `fraction` of the training samples are done; the learning rate follows the
-// linear scaling rule. The switch fires on the step that crosses the threshold, so it
+// linear scaling rule (lr_rule: sync_mode.h). The switch fires on the step that crosses the threshold, so it
 // needs no state and a later reset does not repeat it.
 class SyncSwitchOffline final : public Policy {
  public:
-  SyncSwitchOffline(double fraction, double total) : fraction_(fraction), total_(total) {}
+  SyncSwitchOffline(double fraction, double total, LrRule rule) : fraction_(fraction), total_(total), rule_(rule) {}
   std::string name() const override { return "sync_switch_offline"; }
   Status on_step(const StepView& v, std::vector<Action>* actions) override {
     const double threshold = fraction_ * total_;
@@ -98,7 +98,7 @@ class SyncSwitchOffline final : public Policy {
     Action a;
     a.kind = ActionKind::SetSyncMode;
     a.mode = SyncMode::Pair;
-    a.lr_scale = lr_scale_for_switch(SyncMode::Bsp, SyncMode::Pair, v.table->size);
+    a.lr_scale = lr_scale_for_switch(SyncMode::Bsp, SyncMode::Pair, v.table->size, rule_);
     a.reason = std::to_string(v.total_samples) + " of " + fmt(total_) + " samples done (fraction " +
                fmt(fraction_) + ")";
     actions->push_back(std::move(a));
@@ -108,6 +108,7 @@ class SyncSwitchOffline final : public Policy {
  private:
   double fraction_;
   double total_;
+  LrRule rule_;
 };
 
 // ---- sync_switch_online --------------------------------------------------------------
@@ -127,7 +128,7 @@ std::vector<double> step_equivalents(const StepTable& t) {
 
 class SyncSwitchOnline final : public Policy {
  public:
-  SyncSwitchOnline(double k, uint64_t m) : k_(k), m_(m) {}
+  SyncSwitchOnline(double k, uint64_t m, LrRule rule) : k_(k), m_(m), rule_(rule) {}
   std::string name() const override { return "sync_switch_online"; }
   Status on_step(const StepView& v, std::vector<Action>* actions) override {
     const StepTable& t = *v.table;
@@ -160,7 +161,7 @@ class SyncSwitchOnline final : public Policy {
     } else {
       return {};
     }
-    a.lr_scale = lr_scale_for_switch(t.sync_mode, a.mode, t.size);
+    a.lr_scale = lr_scale_for_switch(t.sync_mode, a.mode, t.size, rule_);
     actions->push_back(std::move(a));
     reset();
     return {};
@@ -173,6 +174,7 @@ class SyncSwitchOnline final : public Policy {
  private:
   double k_;
   uint64_t m_;
+  LrRule rule_;
   std::vector<uint64_t> slow_;  // per rank, consecutive slow steps
   uint64_t calm_ = 0;           // consecutive steps without a straggler
 };
@@ -367,14 +369,26 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 using Maker = Result<std::unique_ptr<Policy>> (*)(Params&);
 
+// lr_rule=average|linear (sync_mode.h), average when not given.
+Status lr_rule_param(Params& p, LrRule* rule) {
+  std::string text = "average";
+  if (Status s = p.text("lr_rule", &text); !s.is_ok()) return s;
+  auto parsed = parse_lr_rule(text);
+  if (!parsed) return p.bad("lr_rule", "must be average or linear, got '" + text + "'");
+  *rule = *parsed;
+  return {};
+}
+
 Result<std::unique_ptr<Policy>> make_offline(Params& p) {
   double fraction = -1, total = -1;
   if (Status s = p.number("fraction", 0, 1, &fraction); !s.is_ok()) return s;
   if (Status s = p.number("total_samples", 1, 1e18, &total); !s.is_ok()) return s;
+  LrRule rule = LrRule::Average;
+  if (Status s = lr_rule_param(p, &rule); !s.is_ok()) return s;
   if (!p.has("fraction") || !p.has("total_samples")) {
     return Status{Code::InvalidArgument, "sync_switch_offline: fraction and total_samples are required"};
   }
-  return std::unique_ptr<Policy>(new SyncSwitchOffline(fraction, total));
+  return std::unique_ptr<Policy>(new SyncSwitchOffline(fraction, total, rule));
 }
 
 Result<std::unique_ptr<Policy>> make_online(Params& p) {
@@ -382,7 +396,9 @@ Result<std::unique_ptr<Policy>> make_online(Params& p) {
   uint64_t m = 5;
   if (Status s = p.number("k", 1, 1e6, &k); !s.is_ok()) return s;
   if (Status s = p.integer("m", 1, 1000000, &m); !s.is_ok()) return s;
-  return std::unique_ptr<Policy>(new SyncSwitchOnline(k, m));
+  LrRule rule = LrRule::Average;
+  if (Status s = lr_rule_param(p, &rule); !s.is_ok()) return s;
+  return std::unique_ptr<Policy>(new SyncSwitchOnline(k, m, rule));
 }
 
 Result<std::unique_ptr<Policy>> make_topology(Params& p) {

@@ -25,7 +25,19 @@ std::optional<SyncMode> parse_sync_mode(const std::string& text) {
 
 bool replicas_diverge(SyncMode mode) { return mode != SyncMode::Bsp; }
 
-double lr_scale_for_switch(SyncMode from, SyncMode to, int size) {
+std::optional<LrRule> parse_lr_rule(const std::string& text) {
+  if (text == "average") return LrRule::Average;
+  if (text == "linear") return LrRule::Linear;
+  return std::nullopt;
+}
+
+const char* lr_rule_name(LrRule rule) { return rule == LrRule::Linear ? "linear" : "average"; }
+
+double lr_scale_for_switch(SyncMode from, SyncMode to, int size, LrRule rule) {
+  return rule == LrRule::Linear ? momentum_scale_for_switch(from, to, size) : 1.0;
+}
+
+double momentum_scale_for_switch(SyncMode from, SyncMode to, int size) {
   const bool from_global = from == SyncMode::Bsp;
   const bool to_global = to == SyncMode::Bsp;
   if (from_global == to_global || size < 1) return 1.0;

@@ -27,9 +27,27 @@ std::optional<SyncMode> parse_sync_mode(const std::string& text);
 bool replicas_diverge(SyncMode mode);
 
 // Linear learning-rate scaling (Goyal et al.; Sync-Switch found anything else diverges):
-// the rate moves with the batch one update sees. BSP's update sees every rank's batch,
-// the others' one rank's.
-double lr_scale_for_switch(SyncMode from, SyncMode to, int size);
+// the rate moves with the batch one update of the shared model sees. Which model that is
+// decides the factor:
+//   Average  the model is the ranks' average (every mode here): a rank's step of rate r
+//            on its own batch moves the average by r / size, which is what BSP's rate r
+//            on size batches gives per batch, so the local rate stays (factor 1). Dividing
+//            it as well slows the average size times over: on the digits MLP with a slow
+//            rank, pair averaging then needed 2.5x the samples to reach BSP's accuracy.
+//   Linear   Sync-Switch's asynchronous SGD, where a parameter server applies each
+//            worker's update to the one model: the update sees one rank's batch, so
+//            leaving BSP divides the rate by size and entering it multiplies by size.
+enum class LrRule : uint8_t { Average = 0, Linear = 1 };
+// "average", "linear", or nothing.
+std::optional<LrRule> parse_lr_rule(const std::string& text);
+const char* lr_rule_name(LrRule rule);
+double lr_scale_for_switch(SyncMode from, SyncMode to, int size, LrRule rule = LrRule::Average);
+
+// The momentum's factor at a switch, for the scale-then-ramp policy: the linear factor
+// whatever the learning-rate rule, since asynchrony itself acts as momentum (Mitliagkas
+// et al. 2016) and Sync-Switch found scaling the explicit one down, then ramping it back,
+// best (0.912 against 0.833).
+double momentum_scale_for_switch(SyncMode from, SyncMode to, int size);
 
 // QSR (Gu et al. 2023): the local-SGD period for learning rate `lr`,
 // H = max(h_base, floor((alpha / lr)^2)). h_base >= 1.

@@ -112,13 +112,15 @@ TEST_CASE("spec strings: unknown policies and parameters are refused by name", "
           "unknown policy 'nope' (built-ins: sync_switch_offline, sync_switch_online, adaptive_topology, "
           "batch_advice, elastic)");
   REQUIRE(make_policy("sync_switch_online q=1").status().message() ==
-          "sync_switch_online: unknown parameter 'q' (known: k, m)");
+          "sync_switch_online: unknown parameter 'q' (known: k, m, lr_rule)");
   REQUIRE(make_policy("sync_switch_online k=abc").status().message() ==
           "sync_switch_online: k 'abc' is not a number");
   REQUIRE(make_policy("sync_switch_online m=0").status().message() ==
           "sync_switch_online: m must be in [1, 1e+06], got 0");
   REQUIRE(make_policy("sync_switch_online m=2.5").status().message() == "sync_switch_online: m must be a whole number");
   REQUIRE(make_policy("sync_switch_online k").status().message() == "sync_switch_online: 'k' is not key=value");
+  REQUIRE(make_policy("sync_switch_online lr_rule=sqrt").status().message() ==
+          "sync_switch_online: lr_rule must be average or linear, got 'sqrt'");
   REQUIRE(make_policy("sync_switch_online k=2 k=3").status().message() == "sync_switch_online: k given twice");
   REQUIRE(make_policy("sync_switch_offline fraction=0.5").status().message() ==
           "sync_switch_offline: fraction and total_samples are required");
@@ -139,7 +141,7 @@ TEST_CASE("sync_switch_offline switches to pair once the fraction of samples is 
   REQUIRE(out.size() == 1);
   REQUIRE(out[0].kind == ActionKind::SetSyncMode);
   REQUIRE(out[0].mode == SyncMode::Pair);
-  REQUIRE(out[0].lr_scale == 0.25);
+  REQUIRE(out[0].lr_scale == 1);  // lr_rule=average: the averaging divides each step already
   REQUIRE(out[0].reason == "256 of 1000 samples done (fraction 0.25)");
   e.set_sync_mode(SyncMode::Bsp);
   e.reset();
@@ -148,7 +150,7 @@ TEST_CASE("sync_switch_offline switches to pair once the fraction of samples is 
 
 TEST_CASE("sync_switch_online: m slow steps to pair, m calm steps back to bsp", "[policies]") {
   Engine e;
-  e.add(make("sync_switch_online k=1.5 m=3"));
+  e.add(make("sync_switch_online k=1.5 m=3 lr_rule=linear"));
   const auto slow = table(4, {0.1, 0.1, 0.1, 0.2});
   const auto calm = table(4, {0.1, 0.1, 0.1, 0.1});
   REQUIRE(run(e, slow).empty());

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <string>
+
 #include "adapt/sync_mode.h"
 
 using namespace taiji;
@@ -16,11 +18,22 @@ TEST_CASE("sync mode names round-trip, asp is pair", "[syncmode]") {
   REQUIRE(replicas_diverge(SyncMode::Pair));
 }
 
-TEST_CASE("the learning rate scales with the batch one update sees", "[syncmode]") {
-  REQUIRE(lr_scale_for_switch(SyncMode::Bsp, SyncMode::Pair, 8) == Approx(0.125));
-  REQUIRE(lr_scale_for_switch(SyncMode::Pair, SyncMode::Bsp, 8) == Approx(8.0));
-  REQUIRE(lr_scale_for_switch(SyncMode::Sma, SyncMode::Local, 8) == 1.0);
-  REQUIRE(lr_scale_for_switch(SyncMode::Bsp, SyncMode::Bsp, 8) == 1.0);
+TEST_CASE("the learning rate scales with the batch one update of the shared model sees", "[syncmode]") {
+  // Linear (a parameter server's model): one rank's batch per update outside BSP.
+  REQUIRE(lr_scale_for_switch(SyncMode::Bsp, SyncMode::Pair, 8, LrRule::Linear) == Approx(0.125));
+  REQUIRE(lr_scale_for_switch(SyncMode::Pair, SyncMode::Bsp, 8, LrRule::Linear) == Approx(8.0));
+  REQUIRE(lr_scale_for_switch(SyncMode::Sma, SyncMode::Local, 8, LrRule::Linear) == 1.0);
+  REQUIRE(lr_scale_for_switch(SyncMode::Bsp, SyncMode::Bsp, 8, LrRule::Linear) == 1.0);
+  // Average (the ranks' average is the model): the averaging divides each step already.
+  REQUIRE(lr_scale_for_switch(SyncMode::Bsp, SyncMode::Pair, 8) == 1.0);
+  REQUIRE(lr_scale_for_switch(SyncMode::Pair, SyncMode::Bsp, 8, LrRule::Average) == 1.0);
+  // Momentum takes the linear factor under either rule.
+  REQUIRE(momentum_scale_for_switch(SyncMode::Bsp, SyncMode::Pair, 8) == Approx(0.125));
+  REQUIRE(momentum_scale_for_switch(SyncMode::Local, SyncMode::Bsp, 4) == 4.0);
+  REQUIRE(parse_lr_rule("linear") == LrRule::Linear);
+  REQUIRE(parse_lr_rule("average") == LrRule::Average);
+  REQUIRE_FALSE(parse_lr_rule("Linear").has_value());
+  REQUIRE(std::string(lr_rule_name(LrRule::Linear)) == "linear");
 }
 
 TEST_CASE("QSR period is max(H_base, floor((alpha/lr)^2))", "[syncmode]") {

@@ -157,13 +157,12 @@ TEST_CASE("adapt: sync_switch_online goes to pair under a straggler and back aft
   taiji_action_t to_pair = TAIJI_ACTION_INIT;
   to_pair.kind = TAIJI_ACTION_SET_SYNC_MODE;
   to_pair.mode = TAIJI_SYNC_PAIR;
-  to_pair.lr_scale = 0.25;
+  to_pair.lr_scale = 1;  // lr_rule=average
   to_pair.topology = "";
   to_pair.policy = "sync_switch_online";
   to_pair.reason = "rank 1 slower than 1.5x the median for 3 steps";
   taiji_action_t to_bsp = to_pair;
   to_bsp.mode = TAIJI_SYNC_BSP;
-  to_bsp.lr_scale = 4;
   to_bsp.reason = "no straggler for 3 steps";
   expect_same_logs(logs, {describe(3, to_pair), describe(8, to_bsp)});
 }

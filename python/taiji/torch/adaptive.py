@@ -31,7 +31,8 @@ import torch
 import taiji
 
 from .sync_modes import Mode, SyncOptimizer, _resolve_peer, make_mode
-from .sync_rules import MODES, lr_scale_for_switch, momentum_after_switch, parse_sync_mode
+from .sync_rules import (LR_RULES, MODES, lr_scale_for_switch, momentum_after_switch,
+                         momentum_scale_for_switch, parse_sync_mode)
 
 __all__ = ["AdaptiveOptimizer", "Switch"]
 
@@ -60,17 +61,27 @@ class AdaptiveOptimizer(SyncOptimizer):
     With an ``engine``, ``samples`` is the engine's running total, the same on every rank
     at the same engine step; under pair averaging, where the ranks do not wait for each
     other, the engine is consulted every ``check_seconds`` instead of every step, so end a
-    training loop on ``samples`` (every rank sees the same) rather than on ``steps``."""
+    training loop on ``samples`` (every rank sees the same) rather than on ``steps``.
+
+    ``lr_rule`` is how the learning rate follows a switch (sync_rules.lr_scale_for_switch):
+    "average" (the default) keeps it, since in every mode here the model is the ranks'
+    average and averaging already divides each rank's step by the size; "linear" divides
+    it by the size leaving BSP and multiplies it back entering BSP, as Sync-Switch does for
+    a parameter server's asynchronous SGD."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, mode: str = "bsp", *,
                  batch_size: int, peer: Optional[taiji.Peer] = None, engine: Any = None,
                  grad_stats: Optional[taiji.GradStats] = None, momentum_policy: str = "scale",
                  ramp_steps: int = 50, mode_options: Optional[Dict[str, Dict[str, Any]]] = None,
-                 prefix: str = "adaptive", check_seconds: float = 0.5) -> None:
+                 prefix: str = "adaptive", check_seconds: float = 0.5,
+                 lr_rule: str = "average") -> None:
         if momentum_policy not in MOMENTUM_POLICIES:
             raise ValueError(f"momentum_policy must be one of {', '.join(MOMENTUM_POLICIES)}")
         if int(batch_size) < 1:
             raise ValueError("batch_size must be >= 1")
+        if lr_rule not in LR_RULES:
+            raise ValueError(f"lr_rule must be one of {', '.join(LR_RULES)}")
+        self.lr_rule = lr_rule
         if not check_seconds > 0:
             raise ValueError("check_seconds must be > 0")
         self.batch_size = int(batch_size)
@@ -204,15 +215,16 @@ class AdaptiveOptimizer(SyncOptimizer):
             return None
         start = time.monotonic()
         new = self._mode(name)
-        scale = lr_scale_for_switch(old, name, self.peer.size)
+        scale = lr_scale_for_switch(old, name, self.peer.size, self.lr_rule)
         for group in self.optimizer.param_groups:
             group["lr"] *= scale
+        momentum_scale = momentum_scale_for_switch(old, name, self.peer.size)
         if self.momentum_policy == "reset":
             for state in self.optimizer.state.values():
                 if "momentum_buffer" in state and torch.is_tensor(state["momentum_buffer"]):
                     state["momentum_buffer"].zero_()
-        elif self.momentum_policy == "scale" and scale != 1.0:
-            self._ramp = (scale, 0)
+        elif self.momentum_policy == "scale" and momentum_scale != 1.0:
+            self._ramp = (momentum_scale, 0)
         # Entering BSP averages replicas and optimizer state and makes them bitwise equal;
         # entering pair saves every rank's model before anyone requests one.
         new.enter(old)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MODES", "parse_sync_mode", "replicas_diverge", "lr_scale_for_switch",
-           "qsr_period", "momentum_after_switch"]
+__all__ = ["MODES", "LR_RULES", "parse_sync_mode", "replicas_diverge", "lr_scale_for_switch",
+           "momentum_scale_for_switch", "qsr_period", "momentum_after_switch"]
 
 # The order is the C enum's (SyncMode::Bsp = 0, ...): a mode travels between ranks as
 # its index.
@@ -41,10 +41,25 @@ def replicas_diverge(mode: str) -> bool:
     return parse_sync_mode(mode) != "bsp"
 
 
-def lr_scale_for_switch(from_mode: str, to_mode: str, size: int) -> float:
+LR_RULES = ("average", "linear")
+
+
+def lr_scale_for_switch(from_mode: str, to_mode: str, size: int, rule: str = "average") -> float:
     """Linear scaling (Goyal et al.; Sync-Switch found anything else diverges): the rate
-    moves with the batch one update sees. BSP's update sees every rank's batch, the other
-    modes' one rank's, so BSP -> other is 1/size and other -> BSP is size."""
+    moves with the batch one update of the shared model sees, and ``rule`` says which model
+    that is (sync_mode.h's LrRule). "average": the ranks' average, as in every mode here; a
+    rank's step moves it by 1/size of itself, which is what BSP's rate gives per rank's
+    batch, so the rate stays (1). "linear": Sync-Switch's parameter server, where each
+    worker's update reaches the one model whole: BSP -> other is 1/size, other -> BSP size."""
+    if rule not in LR_RULES:
+        raise ValueError(f"lr_rule must be one of {', '.join(LR_RULES)}, got {rule!r}")
+    return momentum_scale_for_switch(from_mode, to_mode, size) if rule == "linear" else 1.0
+
+
+def momentum_scale_for_switch(from_mode: str, to_mode: str, size: int) -> float:
+    """The momentum's factor at a switch: the linear one under either learning-rate rule
+    (asynchrony acts as momentum itself; Sync-Switch scaled the explicit one down, then
+    ramped it back)."""
     from_global = parse_sync_mode(from_mode) == "bsp"
     to_global = parse_sync_mode(to_mode) == "bsp"
     if from_global == to_global or size < 1:
@@ -66,7 +81,7 @@ def qsr_period(lr: float, alpha: float, h_base: int) -> int:
 
 def momentum_after_switch(configured: float, scale: float, step: int, ramp_steps: int) -> float:
     """Momentum ``step`` steps after a switch (0 at the switch), as Sync-Switch found best:
-    scaled by the learning rate's factor at the switch (never above the configured value),
+    scaled by ``scale`` (momentum_scale_for_switch; never above the configured value),
     then ramped linearly back to ``configured`` over ``ramp_steps`` steps."""
     start = min(max(configured * scale, 0.0), configured)
     if ramp_steps == 0 or step >= ramp_steps:
