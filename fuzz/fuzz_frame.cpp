@@ -79,6 +79,9 @@ void check_contract(const FrameHeader& h, const FrameLimits& limits) {
   const bool per_op = h.type == MsgType::Ready || h.type == MsgType::Data ||
                       h.type == MsgType::Abort;
   check(!per_op || h.op_kind != OpKind::None, "accepted op_kind 0 in a per-op frame");
+  // A ShmData frame without an op stands for a ModelReply: one with an op would not.
+  check(h.type != MsgType::ModelReply || h.op_kind == OpKind::None,
+        "accepted an op_kind in a ModelReply frame");
   check(h.src_rank < limits.world_size, "accepted src_rank >= world_size");
   check(h.cluster_version == limits.cluster_version, "accepted a foreign cluster_version");
   check(h.name_len <= limits.max_name_len, "accepted name_len over the cap");

@@ -8,8 +8,8 @@ rank 0 fetches it with taiji_model_request (rank 1's caller meanwhile waits in a
 its I/O thread serves) and the two ranks broadcast N bytes from rank 1, the order of the
 two alternating between runs. Rank 0 times each from its call to the data being in its
 buffer (a barrier before each lines the ranks up); every result is checked in full.
-Reported per transport setting (TAIJI_SHM=off: both over the TCP link; auto: the
-broadcast moves through the shared-memory ring, the model reply over TCP): the median
+Reported per transport setting (TAIJI_SHM=off: both over the TCP link; auto: both move
+through the shared-memory ring): the median
 time and bandwidth of each over the runs (after 3 warm-up runs), and their ratio.
 """
 import os

@@ -38,7 +38,8 @@ class ModelService final : public ReceiveHandler {
   // The longest error text a reply may carry.
   static constexpr uint64_t kMaxReasonBytes = 4096;
 
-  // chunk_bytes: the largest payload of one reply frame (the peers' max payload).
+  // chunk_bytes: the largest payload of one reply frame (the peers' chunk, at most their
+  // max payload).
   ModelService(int rank, int size, ModelStore* store, uint64_t chunk_bytes);
   void set_transport(Transport* transport) { transport_ = transport; }
   void serve(Router& router);

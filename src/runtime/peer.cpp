@@ -81,8 +81,11 @@ Peer::Peer(const Config& config)
   probes_ = std::make_unique<RttProbes>(config_.rank, config_.size, metrics_.get());
   models_ = std::make_unique<ModelStore>(static_cast<uint64_t>(config_.model_store_versions),
                                          config_.model_store_bytes);
-  model_service_ = std::make_unique<ModelService>(config_.rank, config_.size, models_.get(),
-                                                  config_.max_payload);
+  // Replies in the ops' chunks: the shared-memory ring holds four of them, and a frame
+  // larger than the ring would go over TCP.
+  model_service_ = std::make_unique<ModelService>(
+      config_.rank, config_.size, models_.get(),
+      std::min<uint64_t>(config_.chunk_bytes, config_.max_payload));
   host_->engine().serve(router_);
   probes_->serve(router_);
   model_service_->serve(router_);

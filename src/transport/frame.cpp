@@ -95,11 +95,16 @@ Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits,
   h.type = static_cast<MsgType>(type);
   if (op_kind > kMaxOpKind) return bad("bad op_kind " + num(op_kind));
   h.op_kind = static_cast<OpKind>(op_kind);
-  // Hello and Bye belong to the connection, not to an op.
+  // Hello and Bye belong to the connection, not to an op. A ShmData frame stands for a
+  // Data frame when it names an op and for a ModelReply when it does not (frame.h).
   const bool per_op = h.type == MsgType::Ready || h.type == MsgType::Data ||
-                      h.type == MsgType::Abort || h.type == MsgType::ShmData;
+                      h.type == MsgType::Abort;
   if (per_op && h.op_kind == OpKind::None) {
     return bad(std::string("op_kind 0 in a ") + type_name(h.type) + " frame");
+  }
+  // Else a ModelReply through the ring would come back as a Data frame.
+  if (h.type == MsgType::ModelReply && h.op_kind != OpKind::None) {
+    return bad("op_kind " + num(op_kind) + " in a ModelReply frame (expected 0)");
   }
   if (h.src_rank >= limits.world_size) {
     return bad("src_rank " + num(h.src_rank) + " not below world_size " +
@@ -128,7 +133,8 @@ Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits,
     return bad("payload_len " + num(h.payload_len) + " in a ModelRequest frame (expected 0)");
   }
   if (h.type == MsgType::ModelReply && h.stage > 1) return bad("bad stage " + num(h.stage) + " in a ModelReply frame");
-  if (h.type == MsgType::Data || h.type == MsgType::ShmData) {
+  // A ShmData frame for a ModelReply is checked as one once rebuilt (shm_transport.cpp).
+  if (h.type == MsgType::Data || (h.type == MsgType::ShmData && h.op_kind != OpKind::None)) {
     if (!valid_dtype(h.dtype)) return bad("bad dtype " + num(h.dtype));
     if (op_kind_reduces(h.op_kind) && !valid_redop(h.redop)) {
       return bad("bad redop " + num(h.redop));

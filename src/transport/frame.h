@@ -34,14 +34,19 @@ enum class MsgType : uint8_t {
   Answer = 8,  // reply to a Query: chunk = 1 when posted (or done), 0 when not
   ShmOffer = 9,   // a shared-memory ring for this direction (payload: transport/shm_ring.h)
   ShmReply = 10,  // answer to a ShmOffer: chunk = 1 when mapped, 0 when declined
-  ShmData = 11,   // a Data frame whose payload is in the ring (payload: where)
+  ShmData = 11,   // a Data or ModelReply frame whose payload is in the ring (payload:
+                  // where); the header is that frame's but for type and payload_len. It
+                  // stands for a Data frame when op_kind names an op, for a ModelReply
+                  // when op_kind is 0 (as every ModelReply's is); the receiver rebuilds
+                  // that frame and validates it like one that came whole
   ShmBell = 12,   // frames wait in the shared-memory mailbox (no payload)
   Refuse = 13,    // handshake: why the acceptor closes (payload: one RefuseReason byte)
   // The model store (runtime/model_service.h), one-sided: the owner's caller takes no part.
   ModelRequest = 14,  // name = model, op_version = version (0: latest), count = the bytes
                       // the requester expects, chunk = request id; no payload
-  ModelReply = 15,    // chunk = request id, op_version = version served, count = its size;
-                      // stage 0: payload = bytes [offset, offset + payload_len) of the model;
+  ModelReply = 15,    // op_kind 0, chunk = request id, op_version = version served,
+                      // count = its size; stage 0: payload = bytes
+                      // [offset, offset + payload_len) of the model;
                       // stage 1: the request failed, root = -status, payload = UTF-8 reason
 };
 constexpr uint8_t kMaxMsgType = 15;
@@ -75,8 +80,8 @@ struct FrameLimits {
 };
 
 void encode_header(const FrameHeader& h, uint8_t out[kHeaderSize]);
-// Parses and validates magic, protocol, type, op kind, dtype, redop (for Data and ShmData
-// frames of reducing kinds), name length (>= 1 except Hello may be 0; <= max), payload length (<= max;
+// Parses and validates magic, protocol, type, op kind (0 in a ModelReply), dtype, redop
+// (for Data frames, and ShmData frames that stand for one, of reducing kinds), name length (>= 1 except Hello may be 0; <= max), payload length (<= max;
 // for Data a multiple of the dtype size), ranks and cluster version. The
 // message of an error names the field and its value.
 Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits, FrameHeader* out);

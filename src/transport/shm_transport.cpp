@@ -77,7 +77,11 @@ void ShmTransport::send(int dst, OutMessage msg) {
 
 bool ShmTransport::try_send(int dst, OutMessage& msg) {
   const uint64_t len = msg.payload_size();
-  if (msg.header.type == MsgType::Data && len >= kShmMinPayload && active_to(dst)) {
+  // The two types a ShmData frame can stand for (frame.h): the receiver tells them apart
+  // by op_kind, which a ModelReply leaves 0.
+  const bool bulk = msg.header.type == MsgType::Data ||
+                    (msg.header.type == MsgType::ModelReply && msg.header.op_kind == OpKind::None);
+  if (bulk && len >= kShmMinPayload && active_to(dst)) {
     Link& link = links_[dst];
     const uint8_t* payload = msg.payload_data();
     ShmDescriptor where;
@@ -432,7 +436,7 @@ void ShmTransport::on_data(int src, const FrameHeader& h, const std::string& nam
   }
   // The frame as if its payload had come over TCP, validated like one.
   FrameHeader data = h;
-  data.type = MsgType::Data;
+  data.type = h.op_kind == OpKind::None ? MsgType::ModelReply : MsgType::Data;
   data.payload_len = where.length;
   uint8_t encoded[kHeaderSize];
   encode_header(data, encoded);

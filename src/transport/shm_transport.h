@@ -2,10 +2,12 @@
 //
 // Each TCP link stays: it carries the handshake, the ring offers, frames too large for the
 // mailbox (below) and doorbells, and tells a lost peer. After connecting, each peer offers every same-host peer a ring
-// (transport/shm_ring.h) for its direction; once the receiver has mapped it, a Data frame
-// of at least kShmMinPayload bytes is copied into the ring and only a small ShmData frame
-// ("payload at position P, length L") goes in the mailbox. The receiver turns it back into the
-// Data frame, copies the bytes straight into the op's target and returns the ring space.
+// (transport/shm_ring.h) for its direction; once the receiver has mapped it, the payload of a
+// Data or ModelReply frame of at least kShmMinPayload bytes is copied into the ring and only
+// a small ShmData frame ("payload at position P, length L") goes in the mailbox. The
+// receiver turns it back into the frame it stands for (a ModelReply when it names no op,
+// transport/frame.h), validates that, copies the bytes straight into the target and
+// returns the ring space.
 // When the ring is full, frames to that rank wait, in order, until the receiver frees room
 // and wakes the sender with a ShmReply "credit" frame (sent only when asked for, through a
 // flag in the ring). The credit travels in the stream from the receiver, which this rank

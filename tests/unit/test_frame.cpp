@@ -211,6 +211,11 @@ TEST_CASE("decode rejects each invalid field", "[frame]") {
     require_ok(m, l);
     m.stage = 2;
     require_error(m, l, "bad stage 2 in a ModelReply frame");
+    // Through the ring it would come back as a Data frame.
+    m.stage = 0;
+    m.op_kind = OpKind::Broadcast;
+    require_error(m, l, "op_kind " + std::to_string(static_cast<int>(OpKind::Broadcast)) +
+                            " in a ModelReply frame (expected 0)");
   }
   SECTION("op_kind") {
     h.op_kind = static_cast<OpKind>(kMaxOpKind + 1);

@@ -300,7 +300,7 @@ TEST_CASE("shm segment is sealed at its size; an unsealed one is refused", "[shm
   close(unsealed);
 }
 
-TEST_CASE("ShmData frames carry exactly a descriptor and are checked like Data", "[shm]") {
+TEST_CASE("ShmData frames carry exactly a descriptor and are checked like Data when they name an op", "[shm]") {
   FrameLimits l;
   l.world_size = 4;
   FrameHeader h;
@@ -326,10 +326,21 @@ TEST_CASE("ShmData frames carry exactly a descriptor and are checked like Data",
   encode_header(h, buf);
   CHECK_THAT(decode_header(buf, l, &out).message(), Catch::Contains("root 4"));
 
-  h.root = 0;
+  // Without an op it stands for a ModelReply: the Data fields are not its, and the
+  // receiver checks the ModelReply it rebuilds (shm_transport.cpp).
   h.op_kind = OpKind::None;
+  h.root = 4;
+  h.dtype = 200;
   encode_header(h, buf);
-  CHECK_THAT(decode_header(buf, l, &out).message(), Catch::Contains("op_kind 0"));
+  REQUIRE(decode_header(buf, l, &out).is_ok());
+  CHECK(out.type == MsgType::ShmData);
+  CHECK(out.op_kind == OpKind::None);
+  CHECK(out.root == 4);
+  CHECK(out.dtype == 200);
+  h.payload_len = 24;
+  encode_header(h, buf);
+  CHECK_THAT(decode_header(buf, l, &out).message(),
+             Catch::Contains("payload_len 24 in a ShmData frame (expected 16)"));
 }
 
 TEST_CASE("shm ring owes a credit exactly to a producer that found it full", "[shm]") {

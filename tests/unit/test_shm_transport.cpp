@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/dtype.h"
 #include "transport/shm_transport.h"
 
 using namespace taiji;
@@ -37,13 +38,20 @@ struct FakeTcp : Transport {
   }
 };
 
-// The engine above: takes every frame, and calls on_frame after each.
+// The engine above: takes every frame, reading ModelReply payloads into `into`, and calls
+// on_frame after each.
 struct Engine : ReceiveHandler {
   std::function<void()> on_frame;
   int frames = 0;
-  Status accept_frame(int, const FrameHeader&, const std::string&, const uint8_t*,
+  std::vector<FrameHeader> headers;
+  std::vector<std::string> names;
+  std::vector<uint8_t> into;
+  Status accept_frame(int, const FrameHeader& h, const std::string& name, const uint8_t*,
                       uint8_t** target) override {
-    *target = nullptr;
+    headers.push_back(h);
+    names.push_back(name);
+    into.assign(h.type == MsgType::ModelReply ? h.payload_len : 0, 0);
+    *target = into.empty() ? nullptr : into.data();
     return {};
   }
   void frame_done(int, const FrameHeader&, const std::string&) override {
@@ -96,8 +104,8 @@ struct Pair {
     tcp.sent.clear();
   }
 
-  void deliver_tcp(FrameHeader h, const std::vector<uint8_t>& payload) {
-    const std::string name = "shm";
+  void deliver_tcp(FrameHeader h, const std::vector<uint8_t>& payload,
+                   const std::string& name = "shm") {
     h.name_len = static_cast<uint16_t>(name.size());
     h.payload_len = payload.size();
     uint8_t* target = nullptr;
@@ -162,4 +170,125 @@ TEST_CASE("shm transport: a rank claiming more of the ring than was sent loses i
   CHECK(p.tcp.sent[0].payload_size() == kShmMinPayload);
   CHECK(p.shm->queued_bytes(1) == 0);
   CHECK_FALSE(p.shm->active_to(1));
+}
+
+namespace {
+
+// A ModelReply's data frame as the model service builds it (runtime/model_service.cpp).
+FrameHeader model_reply(uint64_t offset) {
+  FrameHeader h = from_rank1(MsgType::ModelReply);
+  h.op_version = 3;
+  h.count = 3 * kShmMinPayload;
+  h.chunk = 9;
+  h.offset = offset;
+  return h;
+}
+
+std::vector<uint8_t> pattern(size_t n) {
+  std::vector<uint8_t> bytes(n);
+  for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 1);
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("shm transport: a large ModelReply goes through the ring as a ShmData frame without an op", "[shm]") {
+  Pair p;
+  const std::vector<uint8_t> bytes = pattern(kShmMinPayload);
+  int sent = 0;
+  OutMessage reply;
+  reply.header = model_reply(kShmMinPayload);
+  reply.name = "model";
+  reply.payload = bytes.data();
+  reply.payload_len = bytes.size();
+  reply.on_sent = [&](const Status& s) { sent += s.is_ok() ? 1 : 100; };
+  p.shm->send(1, std::move(reply));
+  // The descriptor went through the mailbox: nothing over TCP but its doorbell.
+  REQUIRE(p.tcp.sent.size() == 1);
+  CHECK(p.tcp.sent[0].header.type == MsgType::ShmBell);
+  p.tcp.run_deferred();
+  CHECK(sent == 1);
+
+  ShmConsumer rank1_in(std::move(p.rank0_ring));
+  ShmRecord rec;
+  REQUIRE(rank1_in.peek(&rec, rank1_in.mail_end()).is_ok());
+  REQUIRE(rec.frame != nullptr);
+  FrameLimits l;
+  l.world_size = 2;
+  l.cluster_version = kVersion;
+  FrameHeader h;
+  REQUIRE(decode_header(rec.frame, l, &h).is_ok());
+  CHECK(h.type == MsgType::ShmData);
+  CHECK(h.op_kind == OpKind::None);
+  CHECK(h.op_version == 3);
+  CHECK(h.count == 3 * kShmMinPayload);
+  CHECK(h.chunk == 9);
+  CHECK(h.offset == kShmMinPayload);
+  CHECK(h.payload_len == kShmDataPayload);
+  CHECK(std::string(reinterpret_cast<const char*>(rec.frame + kHeaderSize), h.name_len) == "model");
+  const ShmDescriptor where = decode_descriptor(rec.frame + kHeaderSize + h.name_len);
+  REQUIRE(rank1_in.check(where, kShmMinRingBytes).is_ok());
+  CHECK(where.length == kShmMinPayload);
+  CHECK(std::memcmp(rank1_in.at(where), bytes.data(), bytes.size()) == 0);
+}
+
+TEST_CASE("shm transport: a ShmData frame without an op arrives as the ModelReply it stands for", "[shm]") {
+  Pair p;
+  const std::vector<uint8_t> bytes = pattern(kShmMinPayload);
+  ShmDescriptor where;
+  REQUIRE(p.rank1_out->push(bytes.data(), bytes.size(), &where));
+  std::vector<uint8_t> descriptor(kShmDescriptorBytes);
+  encode_descriptor(where, descriptor.data());
+  FrameHeader h = model_reply(2 * kShmMinPayload);
+  h.type = MsgType::ShmData;
+  p.deliver_tcp(h, descriptor, "model");
+  CHECK(p.tcp.drops.empty());
+  REQUIRE(p.engine.headers.size() == 1);
+  const FrameHeader& got = p.engine.headers[0];
+  CHECK(got.type == MsgType::ModelReply);
+  CHECK(got.op_kind == OpKind::None);
+  CHECK(got.src_rank == 1);
+  CHECK(got.stage == 0);
+  CHECK(got.op_version == 3);
+  CHECK(got.count == 3 * kShmMinPayload);
+  CHECK(got.chunk == 9);
+  CHECK(got.offset == 2 * kShmMinPayload);
+  CHECK(got.payload_len == kShmMinPayload);
+  CHECK(p.engine.names[0] == "model");
+  CHECK(p.engine.into == bytes);
+  CHECK(p.engine.frames == 1);
+}
+
+TEST_CASE("shm transport: a ShmData frame is checked as the frame it stands for", "[shm]") {
+  // The header of a ShmData frame without an op is only checked once rebuilt: a ModelReply
+  // that would be refused over TCP is refused from the ring too, and so is a Data frame.
+  struct Case {
+    std::function<void(FrameHeader&)> edit;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {[](FrameHeader& h) { h.stage = 2; }, "rank 1: ShmData: bad stage 2 in a ModelReply frame"},
+      {[](FrameHeader& h) {
+         h.op_kind = OpKind::Allreduce;
+         h.dtype = static_cast<uint8_t>(DType::F32);
+         h.stage = 2;
+       },
+       "rank 1: ShmData: bad stage 2"},
+  };
+  for (const Case& c : cases) {
+    Pair p;
+    const std::vector<uint8_t> bytes = pattern(kShmMinPayload);
+    ShmDescriptor where;
+    REQUIRE(p.rank1_out->push(bytes.data(), bytes.size(), &where));
+    std::vector<uint8_t> descriptor(kShmDescriptorBytes);
+    encode_descriptor(where, descriptor.data());
+    FrameHeader h = model_reply(0);
+    h.type = MsgType::ShmData;
+    c.edit(h);
+    p.deliver_tcp(h, descriptor, "model");
+    REQUIRE(p.tcp.drops.size() == 1);
+    CHECK(p.tcp.drops[0].code() == Code::Protocol);
+    CHECK(p.tcp.drops[0].message() == c.says);
+    CHECK(p.engine.headers.empty());
+  }
 }
