@@ -130,3 +130,45 @@ def test_mismatched_input_keys_fail_every_rank(run_peers):
     for r in results:
         assert r.results == ["adapt step: rank 1 set other custom input keys than rank 0 (1 vs 1 keys); "
                              "every rank must set the same keys", 0]
+
+
+def _elastic_schedule():
+    import numpy as np
+    from taiji.adapt import Engine
+    p = peer()
+    eng = Engine(p)
+    eng.add("elastic", schedule={3: 2}, poll=0)
+    log, detached = [], False
+    for step in range(6):
+        for a in eng.step(samples=8, timeout_ms=20000):
+            log.append([step, a.kind, a.size, a.policy])
+            if a.kind == "resize":
+                # Every rank sees the action at the same step and applies it there; an
+                # engine belongs to one membership, so the members start a new one.
+                eng.close()
+                changed, detached = p.resize(a.size, timeout_ms=20000)
+                if detached:
+                    break
+                eng = Engine(p)
+        if detached:
+            break
+        x = np.ones(4, np.float32)
+        p.allreduce(x, f"after.{step}", out=x)
+        log.append([step, "sum", int(x[0]), p.size])
+    if not detached:
+        eng.close()
+    emit({"log": log, "detached": detached})
+    p.close()
+
+
+def test_elastic_schedule_resizes_every_rank_at_the_same_step(run_peers):
+    results = [r.results[0] for r in run_peers(_elastic_schedule, 4, timeout=90)]
+    resize = [3, "resize", 2, "elastic"]
+    members = [[s, "sum", 4, 4] for s in range(3)] + [resize] + \
+        [[s, "sum", 2, 2] for s in range(3, 6)]
+    for rank, r in enumerate(results):
+        if rank < 2:
+            assert r == {"log": members, "detached": False}, (rank, r)
+        else:
+            assert r == {"log": [[s, "sum", 4, 4] for s in range(3)] + [resize],
+                         "detached": True}, (rank, r)
