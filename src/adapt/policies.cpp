@@ -9,6 +9,8 @@
 #include <map>
 #include <sstream>
 
+#include "monitor/step_rules.h"
+
 namespace taiji {
 
 namespace {
@@ -143,7 +145,7 @@ class SyncSwitchOnline final : public Policy {
     bool any = false;
     for (size_t r = 0; r < slow_.size(); ++r) {
       const double s = per_step[r];
-      const bool slow = s > k_ * median && s > median + 1e-3;
+      const bool slow = is_straggler(s, median, k_);
       slow_[r] = slow ? slow_[r] + 1 : 0;
       any = any || slow;
       if (slow_[r] >= m_ && worst < 0) worst = static_cast<int>(r);

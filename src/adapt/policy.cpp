@@ -3,16 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
+
+#include "monitor/step_rules.h"
 
 namespace taiji {
-
-namespace {
-
-// A straggler must be slower than the median by this much too, so that microsecond jitter
-// on near-empty steps flags nobody (the same floor as the metrics' straggler flags).
-constexpr double kStragglerFloorSeconds = 1e-3;
-
-}  // namespace
 
 const std::vector<double>* StepView::input(const std::string& key) const {
   const auto& keys = table->input_keys;
@@ -36,10 +31,7 @@ double median_of_known(const std::vector<double>& values) {
   for (double v : values) {
     if (v >= 0) known.push_back(v);
   }
-  if (known.empty()) return 0;
-  std::sort(known.begin(), known.end());
-  const size_t n = known.size();
-  return n % 2 == 1 ? known[n / 2] : (known[n / 2 - 1] + known[n / 2]) / 2;
+  return median_of(std::move(known));
 }
 
 void Engine::add(std::unique_ptr<Policy> policy) { policies_.push_back(std::move(policy)); }
@@ -58,7 +50,7 @@ StepView Engine::derive(const StepTable& table) const {
       continue;
     }
     slowest = std::max(slowest, t);
-    v.stragglers[r] = t > straggler_ratio * v.median_seconds && t > v.median_seconds + kStragglerFloorSeconds;
+    v.stragglers[r] = is_straggler(t, v.median_seconds, straggler_ratio);
   }
   double samples = 0;
   for (double s : table.samples) samples += std::max(s, 0.0);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/time_limit.h"
+#include "monitor/step_rules.h"
 #include "monitor/text_format.h"
 
 namespace taiji {
@@ -14,19 +15,11 @@ namespace {
 constexpr uint64_t kLinkSampleNs = 1'000'000'000;
 // Time constant of the throughput smoothing: a change shows half-way after about 3.5 s.
 constexpr double kThroughputTauSeconds = 5.0;
-// Below this a step's excess over the median is noise, whatever the ratio.
-constexpr double kStragglerMinExcessSeconds = 1e-3;
 
 uint64_t unix_us() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count());
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 }  // namespace
@@ -207,8 +200,7 @@ void Metrics::record_step(const std::vector<double>& seconds) {
   steps_.median = median;
   steps_.last = seconds;
   for (size_t r = 0; r < seconds.size(); ++r) {
-    const bool slow = seconds[r] > median * kStragglerRatio &&
-                      seconds[r] - median > kStragglerMinExcessSeconds;
+    const bool slow = is_straggler(seconds[r], median, kStragglerRatio);
     steps_.straggler[r] = slow;
     if (slow) steps_.straggler_steps[r]++;
   }
