@@ -2,8 +2,9 @@
 starts (their ARGS carry this folder). Every rank builds the same model from one seed and
 takes its slice of the same global batch each step, so runs differ only by their mode."""
 import hashlib
+import pathlib
+import sys
 
-import numpy as np
 import torch
 
 SEED = 1234
@@ -13,14 +14,12 @@ MOMENTUM = 0.9
 
 
 def load_data():
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, digits.target, test_size=0.25, random_state=0, stratify=digits.target)
-    return (torch.from_numpy(x_train), torch.from_numpy(y_train),
-            torch.from_numpy(x_test), torch.from_numpy(y_test))
+    """The example's split (examples/adaptive_digits.py), so tests and example agree."""
+    examples = str(pathlib.Path(__file__).resolve().parents[2] / "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    from adaptive_digits import load_data as example_data
+    return example_data()
 
 
 def make_model():
