@@ -23,7 +23,7 @@ init_ms=30000
 handshake_ms=10000
 run_ranks() {
   local port pids=() r=0
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(python3 "$(dirname "$0")/../support/free_port.py")
   rm -f "$work"/out.* "$work"/rc.*
   for secret in "$@"; do
     local extra=()

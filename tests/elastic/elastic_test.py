@@ -41,7 +41,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,17 +51,14 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "launcher"))
 import store_tool  # noqa: E402  (the embedded store's wire format)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from free_port import free_port  # noqa: E402
+
 PEER, RUN, SCENARIO, BACKEND = sys.argv[1:5]
 JOB_LIMIT_S = 120
 # The bounds below are scheduling allowances, not the runtime's deadlines; under a sanitizer
 # (the sanitizer passes set TAIJI_TEST_QUICK) slowed processes share two cores.
 SLACK = 2.5 if os.environ.get("TAIJI_TEST_QUICK", "0") not in ("", "0") else 1
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Etcd:

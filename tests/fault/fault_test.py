@@ -28,11 +28,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'support'))
+from free_port import free_port  # noqa: E402
 
 N = 4
 WARM_OPS = 20          # ops every peer completes before the fault
@@ -71,12 +73,6 @@ class Failed(Exception):
 
 def now_ms():
     return time.monotonic() * 1000.0
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def parse(line):
