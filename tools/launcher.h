@@ -86,6 +86,7 @@ class Launcher {
   bool stopping_ = false;
   std::optional<rlimit> ranks_nofile_;  // the descriptor limit the ranks start with
   std::optional<Clock::time_point> kill_at_;
+  std::optional<Clock::time_point> detached_stop_at_;  // members all ended; detached ranks get a grace
   std::string path_;                          // the program every rank runs
   std::map<std::string, std::string> vars_;   // the TAIJI_* variables common to all ranks
   // Elastic: children_ indices of the job's members in rank order, and the membership

@@ -416,6 +416,7 @@ int Launcher::run() {
     }
     std::optional<Clock::time_point> wake;
     if (kill_at_) wake = kill_at_;
+    if (detached_stop_at_ && !stopping_) wake = wake ? std::min(*wake, *detached_stop_at_) : *detached_stop_at_;
     if (job_deadline && !stopping_) wake = wake ? std::min(*wake, *job_deadline) : *job_deadline;
     if (running_count() == 0 && next_count_check_) {
       wake = wake ? std::min(*wake, *next_count_check_) : *next_count_check_;
@@ -466,12 +467,17 @@ int Launcher::run() {
         else say("elastic: " + e.message);
       }
     }
-    if (watch && !across_hosts() && !stopping_ && running_members() == 0 && running_count() > 0) {
-      say("the job's ranks have ended; stopping " + others(running_count()) +
-          " detached and still running");
-      stop(SIGTERM);
-    }
     auto now = Clock::now();
+    // A detached rank may still be finishing its own last lines when the members end: it
+    // gets the same grace a stopped rank gets before it is told to stop.
+    if (watch && !across_hosts() && !stopping_ && running_members() == 0 && running_count() > 0) {
+      if (!detached_stop_at_) detached_stop_at_ = now + kKillGrace;
+      if (now >= *detached_stop_at_) {
+        say("the job's ranks have ended; stopping " + others(running_count()) + " detached and still running " +
+            std::to_string(std::chrono::seconds(kKillGrace).count()) + " s later");
+        stop(SIGTERM);
+      }
+    }
     if (job_deadline && !stopping_ && now >= *job_deadline &&
         (running_count() > 0 || across_hosts())) {
       char secs[32];
