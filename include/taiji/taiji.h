@@ -52,7 +52,8 @@ extern "C" {
   X(ERR_UNSUPPORTED, -15, "not supported")                                               \
   X(ERR_BOOTSTRAP, -16, "bootstrap (rendezvous or connection set-up) failed")             \
   X(ERR_AUTH, -17, "authentication failed (a different or no job secret)")               \
-  X(ERR_NOT_FOUND, -18, "no such name or version")
+  X(ERR_NOT_FOUND, -18, "no such name or version")                                      \
+  X(ERR_NO_DEVICE, -19, "device memory, but no usable GPU or NCCL")
 
 typedef enum taiji_status {
 #define TAIJI_STATUS_ENUM_(name, value, text) TAIJI_##name = value,
@@ -223,9 +224,29 @@ typedef struct taiji_op_options {
   void *user_data;            /* passed to callback */
   const char *topology;       /* NULL: the peer's choice; else "ring", "tree", "star" */
   taiji_grad_stats_t *grad_stats; /* allreduce only: gradient statistics of this tensor */
+  /* Added in 0.7 (older callers' smaller struct_size leaves them at their defaults): */
+  int memory;                 /* TAIJI_MEMORY_AUTO: where the buffers are found to live */
+  void *stream;               /* device ops: the cudaStream_t the op is ordered against
+                                 (NULL: the default stream); see taiji_memory_t */
 } taiji_op_options_t;
 
-#define TAIJI_OP_OPTIONS_INIT { sizeof(taiji_op_options_t), 0, 0, NULL, NULL, NULL, NULL }
+#define TAIJI_OP_OPTIONS_INIT { sizeof(taiji_op_options_t), 0, 0, NULL, NULL, NULL, NULL, 0, NULL }
+
+/* Where an op's buffers live, and so which backend runs it.
+ *  AUTO:   device memory when the CUDA runtime says so (cudaPointerGetAttributes, only
+ *          asked when a GPU is usable here), else host memory.
+ *  HOST:   host memory; the host backend (TCP, shared memory) runs it.
+ *  DEVICE: device memory; the device backend (NCCL) runs it.
+ * A device op runs allreduce, broadcast, reduce, allgather or reduce_scatter; it is ordered
+ * after the work queued on `stream` before the post, and work queued on `stream` after the
+ * op completes runs after it. Errors at post: ERR_NO_DEVICE (no usable GPU or NCCL here,
+ * the peer's last error says why; host ops are not affected), ERR_INVALID_ARGUMENT (send
+ * and recv in different memories), ERR_UNSUPPORTED (an op kind NCCL does not run). */
+typedef enum taiji_memory {
+  TAIJI_MEMORY_AUTO = 0,
+  TAIJI_MEMORY_HOST = 1,
+  TAIJI_MEMORY_DEVICE = 2
+} taiji_memory_t;
 
 /* ---- collectives -------------------------------------------------------------------- *
  * Common rules:

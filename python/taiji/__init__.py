@@ -11,7 +11,7 @@ from ._log import log_to_python, log_to_stderr
 from ._types import (AVG, MAX, MIN, PROD, SUM, DType, ReduceOp, dtype_name, dtype_size,
                      reduce_op_name, to_dtype)
 from .errors import (Aborted, AuthError, BootstrapError, ConfigError, Duplicate, Finalized,
-                     InternalError, InvalidArgument, IOFailure, Mismatch, NoMemory, NotFoundError,
+                     InternalError, InvalidArgument, IOFailure, Mismatch, NoDeviceError, NoMemory, NotFoundError,
                      PeerLost,
                      ProtocolError, StaleVersion, TaijiError, Timeout, Unsupported,
                      VersionMismatch, error_class, status_name)
@@ -28,7 +28,7 @@ __all__ = [
     "TaijiError", "InvalidArgument", "NoMemory", "Timeout", "Mismatch", "PeerLost",
     "Duplicate", "StaleVersion", "ProtocolError", "IOFailure", "ConfigError", "Aborted",
     "Finalized", "VersionMismatch", "InternalError", "Unsupported", "BootstrapError",
-    "AuthError", "NotFoundError", "error_class", "status_name",
+    "AuthError", "NotFoundError", "NoDeviceError", "error_class", "status_name",
     "Peer", "Request", "Topology", "GradStats", "RendezvousServer",
 ]
 

@@ -100,12 +100,16 @@ class NotFoundError(TaijiError):
     """TAIJI_ERR_NOT_FOUND: no such name or version (never saved, or evicted)."""
 
 
+class NoDeviceError(TaijiError):
+    """TAIJI_ERR_NO_DEVICE: device memory, but no usable GPU or NCCL here (the message says which)."""
+
+
 _BY_STATUS: Dict[int, Type[TaijiError]] = {
     -1: InvalidArgument, -2: NoMemory, -3: Timeout, -4: Mismatch, -5: PeerLost,
     -6: Duplicate, -7: StaleVersion, -8: ProtocolError, -9: IOFailure, -10: ConfigError,
     -11: Aborted, -12: Finalized, -13: VersionMismatch, -14: InternalError,
     -15: Unsupported, -16: BootstrapError, -17: AuthError,
-    -18: NotFoundError,
+    -18: NotFoundError, -19: NoDeviceError,
 }
 
 OK = 0

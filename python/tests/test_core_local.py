@@ -71,7 +71,7 @@ def test_one_error_class_per_status():
                 -10: taiji.ConfigError, -11: taiji.Aborted, -12: taiji.Finalized,
                 -13: taiji.VersionMismatch, -14: taiji.InternalError,
                 -15: taiji.Unsupported, -16: taiji.BootstrapError, -17: taiji.AuthError,
-                -18: taiji.NotFoundError}
+                -18: taiji.NotFoundError, -19: taiji.NoDeviceError}
     for status, cls in expected.items():
         assert taiji.error_class(status) is cls
         err = cls(status, "the peer's words")

@@ -31,7 +31,8 @@ namespace taiji {
   X(Unsupported, ERR_UNSUPPORTED, -15, "unsupported")             \
   X(Bootstrap, ERR_BOOTSTRAP, -16, "bootstrap")                   \
   X(Auth, ERR_AUTH, -17, "auth")                                  \
-  X(NotFound, ERR_NOT_FOUND, -18, "not_found")
+  X(NotFound, ERR_NOT_FOUND, -18, "not_found")                    \
+  X(NoDevice, ERR_NO_DEVICE, -19, "no_device")
 
 enum class Code : int32_t {
 #define TAIJI_CODE_ENUM_(code, public_name, value, label) code = value,
