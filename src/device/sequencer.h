@@ -10,9 +10,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -62,8 +64,9 @@ class SequencerClient {
   Result<std::vector<OrderEntry>> read_order(const uint8_t* data, size_t size);
 
  private:
-  std::map<std::pair<std::string, DeviceOpSpec>, uint32_t> ids_;   // filled by read_order
-  std::unordered_map<uint32_t, std::string> names_;                 // id -> name
+  // Keyed by the (name, spec) pair's wire bytes: DeviceOpSpec has no order or hash.
+  std::unordered_map<std::string, uint32_t> ids_;    // filled by read_order
+  std::unordered_map<uint32_t, std::string> names_;  // id -> name
   friend struct SequencerClientAccess;
 };
 
@@ -84,10 +87,36 @@ class Sequencer {
   size_t cached() const;
 
  private:
-  struct Pending;
+  using Key = std::pair<std::string, uint64_t>;  // (name, version)
+  // Ranks usually agree, so an op keeps the first announcer's spec and only the ranks whose
+  // spec differs from it, not one spec per rank.
+  struct Pending {
+    std::vector<bool> posted;  // by rank
+    int count = 0;
+    DeviceOpSpec spec;
+    std::vector<std::pair<int, DeviceOpSpec>> differ;
+  };
+  struct Def {
+    std::string name;
+    DeviceOpSpec spec;
+  };
+
+  void announced(int rank, const std::string& name, uint64_t version, const DeviceOpSpec& spec);
+  void withdrawn(int rank, const std::string& name, uint64_t version);
+  void decide(const Key& key, const Pending& p);
+  void emit_run(const Key& key, const DeviceOpSpec& spec);
+  void emit_failed(uint8_t tag, const Key& key, const std::string& why);
+  void remember_withdrawn(const Key& key, int rank);
+
   int size_;
-  // implementation's own state
-  std::map<std::pair<std::string, uint64_t>, std::vector<uint8_t>> unused_;  // replace freely
+  std::map<Key, Pending> pending_;
+  std::vector<Def> defs_;                          // id -> (name, spec)
+  std::unordered_map<std::string, uint32_t> ids_;  // (name, spec) wire bytes -> id
+  // Recently withdrawn ops -> the rank that withdrew them, so that the announcements still
+  // on their way do not start them again; bounded, oldest forgotten first.
+  std::map<Key, int> withdrawn_;
+  std::deque<Key> withdrawn_order_;
+  std::vector<uint8_t> out_;  // the next order message, built as entries are decided
 };
 
 }  // namespace taiji
