@@ -64,13 +64,62 @@ class DeviceExecutor {
   bool ready() const;
 
  private:
-  // implementation's own state and thread; replace freely
+  struct InFlight {
+    uint64_t handle = 0;
+    std::vector<DeviceWork> work;
+  };
+
+  void run();
+  // One poll round, without the lock. Whether to poll again after poll_us (a communicator
+  // starting or ops in flight) rather than wait for work; false after a failure too.
+  bool step();
+  // Creates the communicator once init() was called; false if that failed.
+  bool start_comm();
+  bool poll_init(uint64_t now);
+  bool launch_queued();
+  bool poll_done();
+  bool check_deadlines(uint64_t now);
+  void finish_finalize(uint64_t now, uint64_t deadline);
+  // Records `why` as the sticky error (unless one is kept already) for take_down().
+  void fail(const Status& why);
+  // Aborts and drops the communicator, then calls failed_ once and done_ for every op.
+  void take_down();
+  Status reject_status_locked() const;
+
   std::shared_ptr<DeviceRuntime> runtime_;
   DeviceExecutorOptions opt_;
   Done done_;
   Failed failed_;
+
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;      // the executor thread's wake-up
+  std::condition_variable fin_cv_;  // finalize()'s waiter
+  // Guarded by mu_. comm_ and ready_ are written only by the executor thread (under the
+  // lock), so that thread reads them without it; abort() uses comm_ under the lock.
+  std::unique_ptr<DeviceComm> comm_;
+  std::deque<std::vector<DeviceWork>> queued_;
+  std::vector<DeviceWork> rejected_;  // submitted after the end: failed by the thread
+  Status error_;                      // sticky
+  bool fail_pending_ = false;         // error_ is set and the thread has not taken down yet
+  bool init_requested_ = false;
+  std::string id_;
+  int rank_ = 0, size_ = 0, ordinal_ = 0;
+  bool ready_ = false;
+  bool ended_ = false;  // failed or finalized: the thread only fails late submits
+  bool fin_requested_ = false;
+  uint64_t fin_deadline_ns_ = 0;
+  int64_t fin_timeout_ms_ = 0;
+  bool fin_done_ = false;
+  Status fin_result_;
+  bool stop_ = false;
+  bool wake_ = false;
+
+  // The executor thread's own.
+  std::deque<InFlight> in_flight_;
+  bool comm_started_ = false;
+  uint64_t init_start_ns_ = 0;
+  bool failed_called_ = false;
+
   std::thread thread_;
 };
 
