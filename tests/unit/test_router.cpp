@@ -107,6 +107,7 @@ TEST_CASE("vocabulary: op kinds and statuses have one name each", "[router]") {
   CHECK(std::string(status_label(static_cast<int32_t>(Code::VersionMismatch))) == "version");
   CHECK(std::string(status_label(static_cast<int32_t>(Code::Auth))) == "auth");
   CHECK(std::string(status_label(static_cast<int32_t>(Code::NotFound))) == "not_found");
-  CHECK(std::string(status_label(-19)) == "unknown");
+  CHECK(std::string(status_label(static_cast<int32_t>(Code::NoDevice))) == "no_device");
+  CHECK(std::string(status_label(-20)) == "unknown");
   CHECK(std::string(status_label(2)) == "unknown");
 }
