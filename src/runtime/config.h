@@ -60,6 +60,8 @@ struct Config {
   uint64_t fusion_buffer_bytes = 0; // largest fused buffer; 0: unset (4 MiB)
   int64_t model_store_versions = 0; // versions the model store keeps per name; 0: unset (3)
   uint64_t model_store_bytes = 0;   // bound on the model store's bytes; 0: unset (1 GiB)
+  std::string nccl;                 // device buffers over NCCL: auto, on or off
+  std::string nccl_library;         // the NCCL to load; empty: libnccl.so.2
 };
 
 // Fills unset fields of `explicit_values` from the environment, then from defaults, and

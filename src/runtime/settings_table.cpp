@@ -47,6 +47,7 @@ constexpr std::array<SettingWord, 2> kDigitWords = {{{"0", 0}, {"1", 1}}};
 constexpr std::array<SettingWord, 4> kOnOffWords = {{{"on", 1}, {"off", 0}, {"1", 1}, {"0", 0}}};
 constexpr std::array<SettingWord, 2> kProgressModes = {{{"adaptive"}, {"blocking"}}};
 constexpr std::array<SettingWord, 2> kShmModes = {{{"auto"}, {"off"}}};
+constexpr std::array<SettingWord, 3> kNcclModes = {{{"auto"}, {"on"}, {"off"}}};
 constexpr std::array<SettingWord, 7> kLogLevels = {
     {{"trace"}, {"debug"}, {"info"}, {"warn"}, {"error"}, {"critical"}, {"off"}}};
 
@@ -73,6 +74,7 @@ std::string check_job_id(const std::string& value) {
          " bytes (the rendezvous key holds it)";
 }
 
+// A host label, or a library path: text that a rendezvous record or a log line carries.
 std::string check_host_label(const std::string& value) {
   if (value.size() <= kMaxHostLabelBytes) return "";
   return "is longer than " + std::to_string(kMaxHostLabelBytes) + " bytes";
@@ -310,6 +312,18 @@ const Setting kSettings[] = {
      .doc = "Bound on the bytes the model store keeps, all versions of all names together; a "
             "save that would pass it fails with `TAIJI_ERR_NO_MEMORY` and keeps what was kept. "
             "Every saved version is a copy held until it is evicted."},
+    {.name = "TAIJI_NCCL", .field = "nccl", .type = T::Enum, .member = &Config::nccl,
+     .words = kNcclModes, .what = "NCCL mode", .def = "auto",
+     .doc = "Device buffers (docs/gpu.md): `auto` loads the CUDA runtime at the first op, and "
+            "NCCL only when a GPU is visible; ops on device memory run over NCCL, and fail with "
+            "`TAIJI_ERR_NO_DEVICE` where no GPU or NCCL is usable. `on`: the peer fails to start "
+            "(`TAIJI_ERR_CONFIG`, naming why) unless both load and a GPU is visible. `off`: never "
+            "loaded; device ops fail with `TAIJI_ERR_NO_DEVICE`."},
+    {.name = "TAIJI_NCCL_LIBRARY", .field = "nccl_library", .type = T::String,
+     .member = &Config::nccl_library, .what = "NCCL library", .check = check_host_label,
+     .def_doc = "`libnccl.so.2`",
+     .doc = "The NCCL library to load (a path, or a name the dynamic loader finds), so that a "
+            "GPU machine can use its own NCCL. At most 4096 bytes."},
 };
 
 }  // namespace

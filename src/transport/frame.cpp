@@ -37,6 +37,7 @@ const char* type_name(MsgType t) {
     case MsgType::Refuse: return "Refuse";
     case MsgType::ModelRequest: return "ModelRequest";
     case MsgType::ModelReply: return "ModelReply";
+    case MsgType::Device: return "Device";
   }
   return "?";
 }
@@ -133,6 +134,7 @@ Status decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limits,
     return bad("payload_len " + num(h.payload_len) + " in a ModelRequest frame (expected 0)");
   }
   if (h.type == MsgType::ModelReply && h.stage > 1) return bad("bad stage " + num(h.stage) + " in a ModelReply frame");
+  if (h.type == MsgType::Device && h.stage > 3) return bad("bad stage " + num(h.stage) + " in a Device frame");
   // A ShmData frame for a ModelReply is checked as one once rebuilt (shm_transport.cpp).
   if (h.type == MsgType::Data || (h.type == MsgType::ShmData && h.op_kind != OpKind::None)) {
     if (!valid_dtype(h.dtype)) return bad("bad dtype " + num(h.dtype));

@@ -48,8 +48,13 @@ enum class MsgType : uint8_t {
                       // count = its size; stage 0: payload = bytes
                       // [offset, offset + payload_len) of the model;
                       // stage 1: the request failed, root = -status, payload = UTF-8 reason
+  // The device backend's sequencing (runtime/device_backend.h), name "taiji.device":
+  // stage 0 announcements to rank 0, stage 1 an order (one batch) from rank 0, stage 2 the
+  // device communicator's id from rank 0, stage 3 the sender's device communicator failed
+  // (root = -status, payload = UTF-8 reason). Payloads: device/sequencer.h.
+  Device = 16,
 };
-constexpr uint8_t kMaxMsgType = 15;
+constexpr uint8_t kMaxMsgType = 16;
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;

@@ -282,7 +282,7 @@ Status ShmTransport::deliver_record(int src, const ShmRecord& rec) {
   switch (h.type) {
     case MsgType::Ready: case MsgType::Data: case MsgType::Abort: case MsgType::Query:
     case MsgType::Answer: case MsgType::ShmReply: case MsgType::ShmData:
-    case MsgType::ModelRequest: case MsgType::ModelReply:
+    case MsgType::ModelRequest: case MsgType::ModelReply: case MsgType::Device:
       break;
     default:
       return protocol(src, "frame of type " + std::to_string(static_cast<int>(h.type)) +

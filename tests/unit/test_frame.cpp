@@ -216,6 +216,13 @@ TEST_CASE("decode rejects each invalid field", "[frame]") {
     m.op_kind = OpKind::Broadcast;
     require_error(m, l, "op_kind " + std::to_string(static_cast<int>(OpKind::Broadcast)) +
                             " in a ModelReply frame (expected 0)");
+    m.type = MsgType::Device;
+    m.op_kind = OpKind::None;
+    m.payload_len = 16;
+    m.stage = 3;
+    require_ok(m, l);
+    m.stage = 4;
+    require_error(m, l, "bad stage 4 in a Device frame");
   }
   SECTION("op_kind") {
     h.op_kind = static_cast<OpKind>(kMaxOpKind + 1);

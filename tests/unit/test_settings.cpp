@@ -61,7 +61,7 @@ TEST_CASE("settings: one entry per variable, each with a field, a doc and a pars
       CHECK(is_set(s, c));
     }
   }
-  CHECK(names.size() == 36);
+  CHECK(names.size() == 38);
   CHECK(find_setting("TAIJI_NOT_A_SETTING") == nullptr);
   CHECK(find_setting("RANK") == nullptr);  // other launchers' variables are not keys
 }
@@ -113,6 +113,8 @@ TEST_CASE("settings: switches and enums take only their words", "[settings]") {
   CHECK(contains(rejected("TAIJI_FUSION", "true"), "must be on, off, 1 or 0"));
   CHECK(contains(rejected("TAIJI_SHM", "Auto"), "shared-memory mode TAIJI_SHM='Auto' is not one of auto, off"));
   CHECK(contains(rejected("TAIJI_LOG_LEVEL", "warning"), "is not one of trace, debug"));
+  CHECK(parsed("TAIJI_NCCL", "off").nccl == "off");
+  CHECK(contains(rejected("TAIJI_NCCL", "yes"), "NCCL mode TAIJI_NCCL='yes' is not one of auto, on, off"));
 }
 
 TEST_CASE("settings: strings are checked where the table says how", "[settings]") {
@@ -125,6 +127,8 @@ TEST_CASE("settings: strings are checked where the table says how", "[settings]"
   CHECK(contains(rejected("TAIJI_TCP_CONGESTION", "BBR"), "is not a name like cubic or bbr"));
   CHECK(contains(rejected("TAIJI_JOB_ID", std::string(993, 'j')), "is longer than 992 bytes"));
   CHECK(contains(rejected("TAIJI_HOST", std::string(4097, 'h')), "is longer than 4096 bytes"));
+  CHECK(parsed("TAIJI_NCCL_LIBRARY", "/opt/nccl/lib/libnccl.so.2").nccl_library == "/opt/nccl/lib/libnccl.so.2");
+  CHECK(contains(rejected("TAIJI_NCCL_LIBRARY", std::string(4097, 'l')), "is longer than 4096 bytes"));
 }
 
 TEST_CASE("settings: a parsed value is an explicit one; resolution keeps it over the environment",
