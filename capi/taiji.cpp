@@ -78,6 +78,8 @@ taiji_status_t apply_options(taiji_peer_t* peer, const taiji_op_options_t* optio
   }
   args->version = opt.version;
   args->timeout_ms = opt.timeout_ms;
+  args->memory = opt.memory;
+  args->stream = opt.stream;
   // A send or recv has no graph to choose: the pair exchanges the buffer directly.
   if (opt.topology != nullptr && !taiji::op_kind_p2p(args->kind)) args->topology = opt.topology;
   if (opt.callback != nullptr) {

@@ -319,11 +319,10 @@ Status DeviceBackend::accept_frame(int src, const FrameHeader& h, const std::str
                                    uint8_t** target) {
   if (name != kFrameName) return {Code::Protocol, "Device frame named '" + name + "'"};
   const auto stage = static_cast<Stage>(h.stage);
-  if ((stage == Stage::Announce) != (opt_.rank == 0)) {
-    return {Code::Protocol, "Device frame of stage " + std::to_string(h.stage) + " sent to rank " +
-                                std::to_string(opt_.rank)};
+  if (stage == Stage::Announce && opt_.rank != 0) {
+    return {Code::Protocol, "Device announcement sent to rank " + std::to_string(opt_.rank) + " (rank 0 orders)"};
   }
-  if ((stage == Stage::Order || stage == Stage::Init) && src != 0) {
+  if ((stage == Stage::Order || stage == Stage::Init) && (src != 0 || opt_.rank == 0)) {
     return {Code::Protocol, "Device order from rank " + std::to_string(src) + " (only rank 0 orders)"};
   }
   const uint64_t cap = stage == Stage::Failed ? kMaxReasonBytes : kMaxMessageBytes;

@@ -53,6 +53,10 @@ struct PostedOp {
   // the status the request reports.
   std::function<Status(const Status&)> finish_hook;
   uint64_t posted_ns = 0;  // monotonic_ns() when the caller posted it
+  // Device memory (runtime/device_backend.h): on which device, ordered against which stream.
+  bool device = false;
+  int ordinal = -1;
+  void* stream = nullptr;
 };
 
 class OpEngine final : public ReceiveHandler {

@@ -167,6 +167,9 @@ Result<PostedOp> OpPoster::prepare(PostArgs& args) {
     if (!r.is_ok()) return r.status();
     explicit_strategy = r.value();
   }
+  if (placer_) {
+    if (Status s = placer_(args, op); !s.is_ok()) return s;
+  }
   if (closed_()) return Status{Code::Finalized, kClosed};
   if (p2p) {
     const bool sending = args.kind == OpKind::Send;

@@ -41,6 +41,8 @@ struct PostArgs {
   std::string topology;           // empty: the peer's choice
   RequestState::Callback callback;
   std::shared_ptr<NormTap> norms;  // allreduce: sums of squares taken on the way
+  int memory = 0;                 // taiji_memory_t: auto, host or device
+  void* stream = nullptr;         // device ops: the caller's cudaStream_t
   // Internal: the automatic choice by size, whatever topology is in force. For an op whose
   // place in the op stream differs between ranks (posted from the loop when something
   // else happened), which a topology swap would otherwise catch on some ranks only.
@@ -55,6 +57,10 @@ class OpPoster final : public ClusterListener {
 
   // Backends in order of preference; set before the loop runs.
   void add_backend(Backend* backend) { backends_.push_back(backend); }
+  // Any thread, at post: decides where an op's buffers live (runtime/device_backend.h);
+  // an error fails the post. Set before the loop runs.
+  using Placer = std::function<Status(const PostArgs&, PostedOp&)>;
+  void set_placer(Placer placer) { placer_ = std::move(placer); }
 
   Result<std::shared_ptr<RequestState>> post(PostArgs args);
   Result<std::shared_ptr<RequestState>> post_internal(PostArgs args, bool holdable);
@@ -114,6 +120,7 @@ class OpPoster final : public ClusterListener {
   NameTable* names_;
   std::function<bool()> closed_;
   std::vector<Backend*> backends_;
+  Placer placer_;
   PostGroups groups_;
   mutable std::mutex strategies_mu_;
   // Replaced on the I/O thread (or before the loop runs) under strategies_mu_; read there

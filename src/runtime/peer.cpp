@@ -78,6 +78,15 @@ Peer::Peer(const Config& config)
 
   // The services are built before the transports deliver to them, and they before they send.
   host_ = std::make_unique<HostBackend>(std::move(ho), &io_, &names_);
+  DeviceBackendOptions dopt;
+  dopt.load.mode = config_.nccl == "off"  ? DeviceLoadOptions::Mode::Off
+                   : config_.nccl == "on" ? DeviceLoadOptions::Mode::On
+                                          : DeviceLoadOptions::Mode::Auto;
+  dopt.load.nccl_library = config_.nccl_library;
+  dopt.rank = config_.rank;
+  dopt.size = config_.size;
+  dopt.init_timeout_ms = config_.init_timeout_ms;
+  device_ = std::make_unique<DeviceBackend>(std::move(dopt), &io_, &names_);
   probes_ = std::make_unique<RttProbes>(config_.rank, config_.size, metrics_.get());
   models_ = std::make_unique<ModelStore>(static_cast<uint64_t>(config_.model_store_versions),
                                          config_.model_store_bytes);
@@ -87,10 +96,12 @@ Peer::Peer(const Config& config)
       config_.rank, config_.size, models_.get(),
       std::min<uint64_t>(config_.chunk_bytes, config_.max_payload));
   host_->engine().serve(router_);
+  device_->serve(router_);
   probes_->serve(router_);
   model_service_->serve(router_);
   transports_ = std::make_unique<TransportStack>(io_.uv(), to, so, &router_);
   host_->set_transports(transports_.get());
+  device_->set_transport(&transports_->top());
   probes_->set_transport(&transports_->top());
   model_service_->set_transport(&transports_->top());
   host_->engine().set_link_lost_handler(
@@ -109,10 +120,14 @@ Peer::Peer(const Config& config)
     }
     set_error(why);
     host_->fail_all(why);
+    device_->fail_all(why);
   });
   host_->engine().set_timeout_handler([this](const Status& s) { dump_flight_recorder(s); });
   io_.set_transports(transports_.get());
+  // Device memory first: the host backend takes every op.
+  poster_.add_backend(device_.get());
   poster_.add_backend(host_.get());
+  poster_.set_placer([this](const PostArgs& args, PostedOp& op) { return device_->place(args, op); });
   // The transports read the cluster in place: they refuse the old version at once.
   membership_.add_listener(host_.get());
   membership_.add_listener(&poster_);
@@ -169,6 +184,10 @@ Status Peer::rendezvous(const std::string& self, std::chrono::steady_clock::time
 }
 
 Status Peer::bootstrap() {
+  // TAIJI_NCCL=on: a job that demands GPUs does not start without them.
+  if (config_.nccl == "on") {
+    if (Status s = device_->usable(); !s.is_ok()) return {Code::Config, "TAIJI_NCCL=on: " + s.message()};
+  }
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(config_.init_timeout_ms);
   std::string self;
@@ -329,6 +348,7 @@ void Peer::set_error(const Status& s) {
 void Peer::begin_close(CloseMode mode, int64_t wait_ms) {
   if (mode == CloseMode::Abort) {
     host_->fail_all({Code::Aborted, "peer aborted"});
+    device_->fail_all({Code::Aborted, "peer aborted"});
     close_links(false);
     // The links stopped reading: no reply writes into a requester's buffer any more.
     model_service_->close({Code::Aborted, "peer aborted with the model request in flight"});
@@ -343,6 +363,7 @@ void Peer::begin_close(CloseMode mode, int64_t wait_ms) {
 
 void Peer::on_tick() {
   host_->tick();
+  device_->tick();
   model_service_->tick(uv_now(io_.uv()));
   // A credit from a rank this one does not read now is never delivered.
   transports_->tick();
@@ -351,6 +372,7 @@ void Peer::on_tick() {
   if (finalizing_ && (ops_idle() || now >= close_deadline_)) {
     finalizing_ = false;
     host_->fail_all({Code::Aborted, "peer closed with the op still in flight"});
+    device_->fail_all({Code::Aborted, "peer closed with the device op still in flight"});
     close_links(true);
   } else if (closing_links_ && now >= close_deadline_) {
     transports_->close_now([this] { on_links_closed(); });
@@ -372,6 +394,7 @@ void Peer::close_links(bool graceful) {
 void Peer::on_links_closed() {
   io_.refuse_work();
   host_->links_closed();
+  device_->links_closed();
   model_service_->close({Code::Finalized, "peer finalized with the model request in flight"});
   // Ops posted just before the close, or held back by a topology change, still complete
   // (with an error), never vanish.

@@ -18,6 +18,7 @@
 #include "monitor/http_server.h"
 #include "monitor/metrics.h"
 #include "runtime/config.h"
+#include "runtime/device_backend.h"
 #include "runtime/host_backend.h"
 #include "runtime/io_loop.h"
 #include "runtime/membership.h"
@@ -153,7 +154,7 @@ class Peer final : private ClusterListener {
   bool closed() const;
   void set_error(const Status& s);
   // Loop owner: no op in flight, none held back by a topology change.
-  bool ops_idle() const { return host_->idle() && poster_.gate_idle(); }
+  bool ops_idle() const { return host_->idle() && device_->idle() && poster_.gate_idle(); }
   // Loop owner: whether the loop has work the I/O thread should take up now.
   bool busy() const { return !ops_idle() || finalizing_ || closing_links_; }
   enum class CloseMode {
@@ -187,6 +188,7 @@ class Peer final : private ClusterListener {
   std::unique_ptr<ModelService> model_service_;
   std::unique_ptr<TransportStack> transports_;
   std::unique_ptr<HostBackend> host_;
+  std::unique_ptr<DeviceBackend> device_;
   std::unique_ptr<RttProbes> probes_;
   OpPoster poster_;
   std::unique_ptr<RendezvousServer> rendezvous_server_;
