@@ -40,10 +40,13 @@ class OpOptions(Structure):
     """taiji_op_options_t."""
     _fields_ = [("struct_size", c_size_t), ("version", c_uint64), ("timeout_ms", c_int64),
                 ("callback", CALLBACK), ("user_data", c_void_p), ("topology", c_char_p),
-                ("grad_stats", c_void_p)]
+                ("grad_stats", c_void_p), ("memory", c_int), ("stream", c_void_p)]
 
     def __init__(self) -> None:
-        super().__init__(ctypes.sizeof(OpOptions), 0, 0, CALLBACK(), None, None, None)
+        super().__init__(ctypes.sizeof(OpOptions), 0, 0, CALLBACK(), None, None, None, 0, None)
+
+
+MEMORY_AUTO, MEMORY_HOST, MEMORY_DEVICE = 0, 1, 2
 
 
 class GradStatsConfig(Structure):

@@ -218,6 +218,7 @@ class Peer(ElasticMembership):
         if unknown:
             raise TypeError(f"{kind}: unknown option(s) {', '.join(sorted(unknown))}")
         options = _lib.OpOptions()
+        options.memory, options.stream = _buffers.memory_of(keep)
         version = opts.get("version", 0) or 0
         timeout_ms = opts.get("timeout_ms", 0) or 0
         options.version = _rank_arg(version, "version")

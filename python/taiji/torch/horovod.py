@@ -259,8 +259,8 @@ def _op_name(kind: str, name: Optional[str]) -> str:
 def _check_tensor(tensor: Any, what: str = "tensor") -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, not {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
-        raise TypeError(f"{what} is on {tensor.device}; taiji.torch takes CPU tensors")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise TypeError(f"{what} is on {tensor.device}; taiji.torch takes CPU and CUDA tensors")
     return tensor
 
 

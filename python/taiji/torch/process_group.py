@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import collections
 import datetime
+import inspect
 import os
 import threading
 import uuid
@@ -77,12 +78,18 @@ def _timeout_ms(timeout: Optional[datetime.timedelta]) -> int:
     return max(1, int(timeout.total_seconds() * 1000))
 
 
-def _check_cpu(tensors: Sequence[torch.Tensor], what: str) -> None:
+# The devices the backend serves: CPU tensors over taiji's host path, CUDA tensors over
+# NCCL (taiji's device backend, docs/gpu.md).
+DEVICES = ("cpu", "cuda")
+
+
+def _check_cpu(tensors: Sequence[torch.Tensor], what: str, devices: Sequence[str] = DEVICES) -> None:
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"taiji backend: {what} must be tensors, got {type(t).__name__}")
-        if t.device.type != "cpu":
-            raise ValueError(f"taiji backend: {what} must be CPU tensors, got {t.device}")
+        if t.device.type not in devices:
+            raise ValueError(f"taiji backend: {what} must be {' or '.join(d.upper() for d in devices)} "
+                             f"tensors, got {t.device}")
 
 
 def _contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -315,7 +322,7 @@ class ProcessGroupTaiji(c10d.ProcessGroup):
                     raise ValueError("taiji backend: allgather outputs must match the "
                                      "input's size and dtype")
             src = _contiguous(t)
-            flat = torch.empty((self.size(),) + tuple(t.shape), dtype=t.dtype)
+            flat = torch.empty((self.size(),) + tuple(t.shape), dtype=t.dtype, device=t.device)
             requests.append(peer.allgather_async(src, "allgather", out=flat, **kw))
             finishes.append((outs, flat))
 
@@ -399,7 +406,7 @@ class ProcessGroupTaiji(c10d.ProcessGroup):
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> WorkTaiji:
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
-        _check_cpu(tensors, "send tensors")
+        _check_cpu(tensors, "send tensors", ("cpu",))
         peer = self._require_peer()
         requests = [peer.send_async(_contiguous(t), f"p2p/{tag}", int(dst), **self._opts())
                     for t in tensors]
@@ -408,7 +415,7 @@ class ProcessGroupTaiji(c10d.ProcessGroup):
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> WorkTaiji:
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
-        _check_cpu(tensors, "recv tensors")
+        _check_cpu(tensors, "recv tensors", ("cpu",))
         peer = self._require_peer()
         requests, copies = [], []
         for t in tensors:
@@ -496,6 +503,9 @@ def _wrap_destroy() -> None:
 
 def _register() -> None:
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND_NAME, create_process_group)
+        if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+            dist.Backend.register_backend(BACKEND_NAME, create_process_group, devices=list(DEVICES))
+        else:  # torch before 2.1 has no per-device backends: the one backend takes both
+            dist.Backend.register_backend(BACKEND_NAME, create_process_group)
     _wrap_destroy()
     atexit.register(_close_all)
