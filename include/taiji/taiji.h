@@ -224,7 +224,8 @@ typedef struct taiji_op_options {
   void *user_data;            /* passed to callback */
   const char *topology;       /* NULL: the peer's choice; else "ring", "tree", "star" */
   taiji_grad_stats_t *grad_stats; /* allreduce only: gradient statistics of this tensor */
-  /* Added in 0.7 (older callers' smaller struct_size leaves them at their defaults): */
+  /* Appended fields: a caller built against an older header (a smaller struct_size) gets
+     their defaults. */
   int memory;                 /* TAIJI_MEMORY_AUTO: where the buffers are found to live */
   void *stream;               /* device ops: the cudaStream_t the op is ordered against
                                  (NULL: the default stream); see taiji_memory_t */

@@ -266,7 +266,8 @@ void DeviceBackend::finish(uint64_t tag, const Status& status) {
 void DeviceBackend::fail_device(const Status& why, bool tell_others) {
   if (!sticky_.is_ok()) return;
   sticky_ = why;
-  log().error("device backend failed: {}", why.message());
+  // A peer closing with no device work is no failure worth a line.
+  if (!ops_.empty() || comm_started_) log().error("device backend failed: {}", why.message());
   if (executor_) executor_->abort(why);
   if (tell_others) {
     std::vector<uint8_t> reason(why.message().begin(),

@@ -99,7 +99,7 @@ TEST_CASE("api: status names and descriptions", "[api]") {
   }
   CHECK(TAIJI_OK == 0);
   CHECK(TAIJI_IN_PROGRESS > 0);
-  for (int unknown : {2, -19, -1000, 12345}) {
+  for (int unknown : {2, -20, -1000, 12345}) {
     CAPTURE(unknown);
     const auto s = static_cast<taiji_status_t>(unknown);
     REQUIRE(taiji_status_name(s) != nullptr);
