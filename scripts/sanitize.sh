@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds and runs tests under a sanitizer, each pass in its own build directory:
 #   scripts/sanitize.sh asan [MESON-TEST-ARGS...]  every test under ASan + UBSan (build-asan)
-#   scripts/sanitize.sh tsan [MESON-TEST-ARGS...]  the multi-peer, process and monitor tests
+#   scripts/sanitize.sh tsan [MESON-TEST-ARGS...]  the multi-peer, process, monitor and device tests
 #                                                 under TSan (build-tsan)
 # Only what the selected tests run is built. Every finding is fatal: the process stops at
 # the first report, so its test fails. Meson's test log ends up in
@@ -57,7 +57,7 @@ case $pass in
     setup=("${common[@]}" -Db_sanitize=thread "-Dc_args=[$flags]" "-Dcpp_args=[$flags]")
     # The suites with threads to race. The wire suite bounds resident memory, which TSan's
     # own bookkeeping grows; the fault suite's deadlines do not allow TSan's slowdown.
-    suites="multipeer process monitor"
+    suites="multipeer process monitor device"
     # Slower still than ASan: the sweeps stop at 3 peers (the ASan pass goes to 4).
     export TAIJI_TEST_MAX_PEERS=3
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp
