@@ -1,5 +1,7 @@
 #include "fake_device.h"
 
+#include "device/sequencer.h"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -37,11 +39,7 @@ bool supported(OpKind k) {
 }
 
 std::string describe_op(const DeviceOp& op) {
-  std::string s = std::string(op_kind_name(op.kind)) + " " + std::string(dtype_name(op.dtype));
-  if (op_kind_reduces(op.kind)) s += " " + std::string(redop_name(op.redop));
-  s += " count " + std::to_string(op.count);
-  if (op_kind_rooted(op.kind)) s += " root " + std::to_string(op.root);
-  return s;
+  return taiji::describe(taiji::DeviceOpSpec{op.kind, op.dtype, op.redop, op.count, op.root});
 }
 
 // NCCL's requirement: what every rank passes must agree, except the buffers and streams.
