@@ -15,6 +15,8 @@ constexpr const char* kFrameName = "taiji.device";
 // After a withdrawal, how long this rank waits for the coordinator's word on the op (it
 // runs if it was ordered first) before it fails the op on its own.
 constexpr uint64_t kWithdrawGraceMs = 5000;
+// How long past an ordered op's deadline the loop waits for the executor's own watchdog.
+constexpr uint64_t kExecutorGraceMs = 1000;
 // The longest reason a Failed frame may carry, and the largest sequencing message.
 constexpr uint64_t kMaxReasonBytes = 4096;
 constexpr uint64_t kMaxMessageBytes = 64 << 20;
@@ -286,8 +288,18 @@ void DeviceBackend::tick() {
   const uint64_t now = uv_now(io_->uv());
   std::vector<uint64_t> expired;
   for (auto& [key, e] : ops_) {
-    // Ordered ops are the executor's to time (it aborts the communicator).
-    if (e.ordered || now < e.deadline_ms) continue;
+    // Ordered ops are the executor's to time (it aborts the communicator); should its
+    // thread be held inside NCCL past a deadline, the loop aborts it from here.
+    if (e.ordered) {
+      if (now >= e.deadline_ms + kExecutorGraceMs) {
+        fail_device({Code::Timeout, label(*e.op) + " did not complete before its deadline (the device executor "
+                                                   "was held inside NCCL); the device communicator was aborted"},
+                    true);
+        return;
+      }
+      continue;
+    }
+    if (now < e.deadline_ms) continue;
     if (!e.withdrawn) {
       e.withdrawn = true;
       e.deadline_ms = now + kWithdrawGraceMs;
