@@ -38,7 +38,7 @@ DeviceOpSpec spec_of(const PostedOp& op) {
 }  // namespace
 
 DeviceBackend::DeviceBackend(DeviceBackendOptions options, IoLoop* io, NameTable* names)
-    : opt_(std::move(options)), io_(io), names_(names) {
+    : opt_(std::move(options)), io_(io), names_(names), frame_in_(static_cast<size_t>(opt_.size)) {
   if (opt_.rank == 0) sequencer_ = std::make_unique<Sequencer>(opt_.size);
 }
 
@@ -107,6 +107,12 @@ Status DeviceBackend::place(const PostArgs& args, PostedOp& op) {
   }
   op.device = true;
   op.ordinal = has_send ? send.ordinal : recv.ordinal;
+  // One communicator per peer, on one device: the first device op's.
+  int expected = -1;
+  if (!ordinal_.compare_exchange_strong(expected, op.ordinal) && expected != op.ordinal) {
+    return {Code::InvalidArgument, "the buffers are on device " + std::to_string(op.ordinal) +
+                                       "; this peer's device ops run on device " + std::to_string(expected)};
+  }
   op.stream = args.stream;
   return {};
 }
@@ -122,15 +128,24 @@ void DeviceBackend::start(std::shared_ptr<PostedOp> op, bool) {
     op->request->complete(sticky_);
     return;
   }
-  if (ordinal_ < 0) ordinal_ = op->ordinal;
   Entry e;
   e.tag = next_tag_++;
   e.deadline_ms = uv_now(io_->uv()) + op->timeout_ms;
   e.op = op;
   by_tag_[e.tag] = key;
-  std::vector<uint8_t> msg;
-  client_.announce(op->name, op->version, spec_of(*op), msg);
+  client_.announce(op->name, op->version, spec_of(*op), outbox_);
   ops_.emplace(key, std::move(e));
+  if (!flush_scheduled_) {
+    flush_scheduled_ = true;
+    if (!io_->run_on_loop([this] { flush(); })) flush();
+  }
+}
+
+void DeviceBackend::flush() {
+  flush_scheduled_ = false;
+  if (outbox_.empty() || !sticky_.is_ok()) return outbox_.clear();
+  std::vector<uint8_t> msg = std::move(outbox_);
+  outbox_.clear();
   if (opt_.rank == 0) {
     coordinate(0, msg);
   } else {
@@ -150,6 +165,7 @@ void DeviceBackend::send(int dst, Stage stage, std::vector<uint8_t> payload, int
 }
 
 void DeviceBackend::coordinate(int src, const std::vector<uint8_t>& msg) {
+  if (!sticky_.is_ok()) return;
   Status s = sequencer_->receive(src, msg.data(), msg.size());
   if (!s.is_ok()) {
     fail_device({Code::Protocol, "device sequencing message from rank " + std::to_string(src) + ": " + s.message()},
@@ -193,13 +209,14 @@ void DeviceBackend::ensure_executor() {
 }
 
 void DeviceBackend::init_comm(const std::string& id) {
-  if (comm_started_) return;
+  if (comm_started_ || !sticky_.is_ok()) return;
   comm_started_ = true;
   ensure_executor();
-  executor_->init(id, opt_.rank, opt_.size, std::max(ordinal_, 0));
+  executor_->init(id, opt_.rank, opt_.size, std::max(ordinal_.load(), 0));
 }
 
 void DeviceBackend::apply_order(const std::vector<uint8_t>& msg) {
+  if (!sticky_.is_ok()) return;
   auto entries = client_.read_order(msg.data(), msg.size());
   if (!entries.is_ok()) {
     fail_device({Code::Protocol, "device order from rank 0: " + entries.status().message()}, true);
@@ -240,7 +257,12 @@ void DeviceBackend::apply_order(const std::vector<uint8_t>& msg) {
     w.op.send = cs.send;
     w.op.recv = cs.recv;
     w.op.stream = e.op->stream;
-    w.deadline_ns = e.op->posted_ns + e.op->timeout_ms * 1000000ull;
+    // The op's budget runs from when every rank had posted it (rank 0's order), not from
+    // this rank's post: a rank that posted early must not abort a communicator the others
+    // have just reached. Saturating: a timeout of "never" stays never.
+    const uint64_t budget_ns = e.op->timeout_ms > UINT64_MAX / 2000000 ? UINT64_MAX / 2 : e.op->timeout_ms * 1000000;
+    w.deadline_ns = monotonic_ns() + budget_ns;
+    e.deadline_ms = uv_now(io_->uv()) + budget_ns / 1000000;
     batch.push_back(std::move(w));
   }
   if (batch.empty()) return;
@@ -269,7 +291,7 @@ void DeviceBackend::fail_device(const Status& why, bool tell_others) {
   if (!sticky_.is_ok()) return;
   sticky_ = why;
   // A peer closing with no device work is no failure worth a line.
-  if (!ops_.empty() || comm_started_) log().error("device backend failed: {}", why.message());
+  if (!ops_.empty()) log().error("device backend failed: {}", why.message());
   if (executor_) executor_->abort(why);
   if (tell_others) {
     std::vector<uint8_t> reason(why.message().begin(),
@@ -343,14 +365,15 @@ Status DeviceBackend::accept_frame(int src, const FrameHeader& h, const std::str
     return {Code::Protocol, "Device frame of " + std::to_string(h.payload_len) + " bytes (at most " +
                                 std::to_string(cap) + ")"};
   }
-  frame_in_.assign(h.payload_len, 0);
-  *target = frame_in_.empty() ? nullptr : frame_in_.data();
+  std::vector<uint8_t>& in = frame_in_[static_cast<size_t>(src)];
+  in.assign(h.payload_len, 0);
+  *target = in.empty() ? nullptr : in.data();
   return {};
 }
 
 void DeviceBackend::frame_done(int src, const FrameHeader& h, const std::string&) {
-  std::vector<uint8_t> msg = std::move(frame_in_);
-  frame_in_.clear();
+  std::vector<uint8_t> msg = std::move(frame_in_[static_cast<size_t>(src)]);
+  frame_in_[static_cast<size_t>(src)].clear();
   switch (static_cast<Stage>(h.stage)) {
     case Stage::Announce:
       coordinate(src, msg);
@@ -373,18 +396,22 @@ void DeviceBackend::frame_done(int src, const FrameHeader& h, const std::string&
 }
 
 void DeviceBackend::link_down(int src, bool graceful, const Status& why) {
-  // NCCL would wait for the rank forever: every device op fails instead, and the
-  // communicator is aborted (once one exists, it spans every rank).
-  if (graceful && ops_.empty() && !comm_started_) return;
-  if (graceful && ops_.empty()) {
-    // A rank that finalized: the communicator cannot run another op.
+  frame_in_[static_cast<size_t>(src)].clear();
+  if (graceful) {
+    // The rank finalized: what it launched runs to its end (each rank's part completes
+    // with the collective), but nothing new can run on a communicator that spans it.
+    if (!sticky_.is_ok()) return;
     sticky_ = {Code::PeerLost, "rank " + std::to_string(src) + " finalized; the device communicator spans it"};
-    if (executor_) executor_->abort(sticky_);
+    std::vector<uint64_t> unordered;
+    for (const auto& [key, e] : ops_) {
+      if (!e.ordered) unordered.push_back(e.tag);
+    }
+    for (uint64_t tag : unordered) finish(tag, sticky_);
     return;
   }
-  fail_device({Code::PeerLost, "rank " + std::to_string(src) + (graceful ? " finalized" : " was lost") +
-                                   " with device ops in flight: " + why.message()},
-              false);
+  // NCCL would wait for the rank forever: every device op fails instead, and the
+  // communicator is aborted (once one exists, it spans every rank).
+  fail_device({Code::PeerLost, "rank " + std::to_string(src) + " was lost: " + why.message()}, false);
 }
 
 }  // namespace taiji

@@ -12,6 +12,7 @@
 // it gets a communicator of its own.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -78,6 +79,7 @@ class DeviceBackend final : public Backend, public ReceiveHandler {
 
   std::shared_ptr<DeviceRuntime> runtime();
   void send(int dst, Stage stage, std::vector<uint8_t> payload, int32_t root = 0);
+  void flush();
   // The coordinator's side: a message from `src` (itself included), then any batch due.
   void coordinate(int src, const std::vector<uint8_t>& msg);
   void apply_order(const std::vector<uint8_t>& msg);
@@ -100,12 +102,19 @@ class DeviceBackend final : public Backend, public ReceiveHandler {
   std::unique_ptr<Sequencer> sequencer_;  // rank 0 only
   std::unique_ptr<DeviceExecutor> executor_;
   bool comm_started_ = false;
-  int ordinal_ = -1;  // the device of this rank's first device op
+  // The device of this rank's first device op: the communicator's, for good (any thread).
+  std::atomic<int> ordinal_{-1};
   std::map<Key, Entry> ops_;
   std::map<uint64_t, Key> by_tag_;
   uint64_t next_tag_ = 1;
   Status sticky_;
-  std::vector<uint8_t> frame_in_;  // the payload of the frame being read
+  // The payload of the frame being read from each rank: frames of several ranks may be
+  // half read at once.
+  std::vector<std::vector<uint8_t>> frame_in_;
+  // Announcements posted since the last flush: sent as one message per loop pass, so that
+  // ops posted together are ordered (and launched) together.
+  std::vector<uint8_t> outbox_;
+  bool flush_scheduled_ = false;
 };
 
 }  // namespace taiji
