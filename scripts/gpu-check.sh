@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The device backend's checks on a machine with one NVIDIA GPU, in a few minutes: versions
-# (nvidia-smi, torch, what taiji's loader finds), the device tests that need a GPU, and
-# taiji-nccl-vs-taiji with 1, 2 and 4 ranks sharing the GPU; each step is bounded (at most
-# about 10 minutes in all, a few when things work).
+# (nvidia-smi, torch, what taiji's loader finds), the device tests that need a GPU,
+# taiji-nccl-vs-taiji with 1, 2 and 4 ranks sharing the GPU, and the contract from Python
+# (bench/device/gpu_contract.py: every collective and dtype, any order, mismatch, DDP on
+# CUDA tensors, kill -9) with 2 and 4 ranks; each step is bounded (at most about 20
+# minutes in all, a few when things work).
 #
 #   scripts/gpu-check.sh [BUILD]               run from a build with -Dnccl (default: build)
 #   scripts/gpu-check.sh --bundle DIR [BUILD]  copy what a run needs into DIR: the programs
@@ -159,6 +161,13 @@ for n in 1 2 4; do
   # shellcheck disable=SC2016  # $TAIJI_RANK is each rank's own: it expands in the rank's shell
   step "taiji-nccl-vs-taiji, $n rank(s)" "$(prog taiji-run)" -np "$n" --timeout 120 -- \
     /bin/sh -c 'NCCL_HOSTID=host$TAIJI_RANK exec "$0" "$@"' "$(prog taiji-nccl-vs-taiji)"
+done
+# The contract from Python: every collective and dtype against the host path, any order,
+# mismatch, DDP on CUDA tensors, and a kill -9 (bench/device/gpu_contract.py).
+if [ -e "$from/.gpu-check-bundle" ]; then libtaiji=$(ls "$from"/libtaiji.so.* | head -n 1); else libtaiji=$from/capi/libtaiji.so; fi
+for n in 2 4; do
+  step "gpu_contract.py, $n ranks" env TAIJI_LIBRARY="$libtaiji" PYTHONPATH="$root/python" \
+    timeout 420 python3 "$root/bench/device/gpu_contract.py" --ranks "$n"
 done
 
 section summary
