@@ -76,6 +76,11 @@ class DeviceRuntime {
   // calls it with the same id); it is ready once init_status() is Ok.
   virtual Result<std::unique_ptr<DeviceComm>> create_comm(const std::string& id, int rank, int size,
                                                           int ordinal) = 0;
+  // Copies `bytes` between device memory on device `ordinal` and host memory (to_device:
+  // host -> device; else device -> host), queued on `stream` (a cudaStream_t, or null) and
+  // waited for: returns once the copy is done, Ok or the error. Any thread.
+  virtual Status copy(void* dst, const void* src, uint64_t bytes, bool to_device, int ordinal,
+                      void* stream) = 0;
   // "CUDA runtime 13000, NCCL 2.28.9, 1 device" or why there is none: for logs and errors.
   virtual std::string describe() const = 0;
 };

@@ -53,6 +53,25 @@ class NcclRuntime final : public DeviceRuntime {
     return start_nccl_comm(api_, id, rank, size, ordinal);
   }
 
+  Status copy(void* dst, const void* src, uint64_t bytes, bool to_device, int ordinal,
+              void* stream) override {
+    if (bytes == 0) return Status::ok();
+    const auto& cuda = api_->cuda;
+    auto failed = [&](const char* call, cudaError_t err) {
+      cuda.cudaGetLastError();
+      return Status(Code::Internal, std::string(call) + ": " + cuda_error_text(cuda, err));
+    };
+    if (cudaError_t err = cuda.cudaSetDevice(ordinal); err != cudaSuccess) return failed("cudaSetDevice", err);
+    auto s = static_cast<cudaStream_t>(stream);
+    if (cudaError_t err = cuda.cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice
+                                                                          : cudaMemcpyDeviceToHost, s);
+        err != cudaSuccess) {
+      return failed("cudaMemcpyAsync", err);
+    }
+    if (cudaError_t err = cuda.cudaStreamSynchronize(s); err != cudaSuccess) return failed("cudaStreamSynchronize", err);
+    return Status::ok();
+  }
+
   std::string describe() const override { return description_; }
 
  private:

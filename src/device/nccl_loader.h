@@ -24,6 +24,8 @@ namespace taiji {
   X(cudaStreamCreateWithFlags)  \
   X(cudaStreamDestroy)          \
   X(cudaStreamWaitEvent)        \
+  X(cudaStreamSynchronize)      \
+  X(cudaMemcpyAsync)            \
   X(cudaEventCreateWithFlags)   \
   X(cudaEventRecord)            \
   X(cudaEventQuery)             \

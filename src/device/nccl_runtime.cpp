@@ -22,6 +22,7 @@ class UnusableRuntime final : public DeviceRuntime {
   Result<std::unique_ptr<DeviceComm>> create_comm(const std::string&, int, int, int) override {
     return why_;
   }
+  Status copy(void*, const void*, uint64_t, bool, int, void*) override { return why_; }
   std::string describe() const override { return why_.message(); }
 
  private:

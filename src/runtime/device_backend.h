@@ -53,6 +53,10 @@ class DeviceBackend final : public Backend, public ReceiveHandler {
   Status place(const PostArgs& args, PostedOp& op);
   // Whether device ops can run here (loads the runtime on first use); the reason if not.
   Status usable();
+  // Any thread: a synchronous copy between device and host memory (DeviceRuntime::copy).
+  Status copy(void* dst, const void* src, uint64_t bytes, bool to_device, int ordinal, void* stream) {
+    return runtime()->copy(dst, src, bytes, to_device, ordinal, stream);
+  }
 
   bool accepts(const PostedOp& op) const override { return op.device; }
   void start(std::shared_ptr<PostedOp> op, bool fusable) override;

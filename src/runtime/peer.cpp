@@ -7,6 +7,7 @@
 #include "bootstrap/etcd_store.h"
 #include "bootstrap/store_open.h"
 #include "monitor/log.h"
+#include "runtime/device_hierarchy.h"
 #include "runtime/elastic_keys.h"
 #include "runtime/p2p_key.h"
 
@@ -268,6 +269,14 @@ Status Peer::change_membership(Cluster next) {
 }
 
 Peer::~Peer() {
+  {
+    // First: its children's callbacks complete this peer's requests.
+    std::shared_ptr<DeviceHierarchy> h;
+    {
+      std::lock_guard<std::mutex> lock(hierarchy_mu_);
+      h = std::move(hierarchy_);
+    }
+  }
   poster_.fail_groups({Code::Aborted, "peer destroyed while the op's group was still open"});
   if (io_.running()) {
     bool was_closing;
@@ -295,6 +304,8 @@ Status Peer::finalize_within(int64_t wait_ms) {
     closing_ = true;
   }
   poster_.fail_groups({Code::Finalized, "peer finalized while the op's group was still open"});
+  // Hierarchical allreduces end before this peer stops running their completions.
+  if (auto h = hierarchy_now()) h->finalize(wait_ms);
   // Both are idempotent: a second or concurrent finalize just waits for the same end.
   run_on_loop([this, wait_ms] { begin_close(CloseMode::Finalize, wait_ms); });
   io_.join();
@@ -327,6 +338,7 @@ void Peer::abort() {
     if (sticky_.is_ok()) sticky_ = {Code::Aborted, "peer aborted"};
   }
   poster_.fail_groups({Code::Aborted, "peer aborted while the op's group was still open"});
+  if (auto h = hierarchy_now()) h->abort();
   run_on_loop([this] { begin_close(CloseMode::Abort); });
 }
 

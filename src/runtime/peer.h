@@ -31,6 +31,8 @@
 
 namespace taiji {
 
+class DeviceHierarchy;
+
 class Peer final : private ClusterListener {
  public:
   // Joins the job (rendezvous, then a connection to every other peer). Blocks. `served`:
@@ -50,8 +52,13 @@ class Peer final : private ClusterListener {
   const Config& config() const { return config_; }
 
   // Checks the arguments, reserves (name, version) and hands the op to the I/O thread,
-  // or holds it in the calling thread's open group.
-  Result<std::shared_ptr<RequestState>> post(PostArgs args) { return poster_.post(std::move(args)); }
+  // or holds it in the calling thread's open group. A device allreduce with topology
+  // "hierarchical" runs as NCCL within each host and the host backend between hosts
+  // (runtime/device_hierarchy.h; runtime/peer_hierarchy.cpp).
+  Result<std::shared_ptr<RequestState>> post(PostArgs args) {
+    if (args.kind == OpKind::Allreduce && args.topology == "hierarchical") return post_hierarchical(std::move(args));
+    return poster_.post(std::move(args));
+  }
   // post() for the runtime's own ops (statistics, monitoring): names under "taiji." allowed.
   // Holdable only where the caller's own thread posts it alongside the caller's op (a
   // companion that must keep its place in the group); ops posted from the loop never are.
@@ -169,6 +176,13 @@ class Peer final : private ClusterListener {
   Status start_metrics_server();
   // I/O thread: writes the flight recorder to a file after ops timed out.
   void dump_flight_recorder(const Status& why);
+  // post() of an allreduce with topology "hierarchical" (runtime/peer_hierarchy.cpp).
+  Result<std::shared_ptr<RequestState>> post_hierarchical(PostArgs args);
+  // The per-host and leader jobs of the hierarchical device allreduce, made by the first
+  // one (two splits: a collective that blocks); the error of that split afterwards.
+  Result<std::shared_ptr<DeviceHierarchy>> device_hierarchy();
+  // Takes the hierarchy out (finalize, abort, destruction).
+  std::shared_ptr<DeviceHierarchy> hierarchy_now() const;
   // The checks model_save and model_request make of a name.
   Status check_model_name(const std::string& name) const;
 
@@ -192,6 +206,11 @@ class Peer final : private ClusterListener {
   std::unique_ptr<RttProbes> probes_;
   OpPoster poster_;
   std::unique_ptr<RendezvousServer> rendezvous_server_;
+
+  std::mutex hierarchy_make_mu_;          // held while the hierarchy's splits run
+  mutable std::mutex hierarchy_mu_;
+  std::shared_ptr<DeviceHierarchy> hierarchy_;  // under hierarchy_mu_
+  Status hierarchy_error_;                      // under hierarchy_mu_: the failed split's
 
   // I/O thread only.
   bool finalizing_ = false;              // waiting for in-flight ops before closing

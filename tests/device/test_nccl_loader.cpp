@@ -52,6 +52,9 @@ class NamedRuntime final : public DeviceRuntime {
   Result<std::unique_ptr<DeviceComm>> create_comm(const std::string&, int, int, int) override {
     return Status(Code::Unsupported, "not in this test");
   }
+  Status copy(void*, const void*, uint64_t, bool, int, void*) override {
+    return Status(Code::Unsupported, "not in this test");
+  }
   std::string describe() const override { return name_; }
 
  private:

@@ -91,6 +91,7 @@ struct FakeDeviceRuntime::State {
   uint64_t violations = 0;
   std::vector<std::string> violation_lines;
   uint64_t aborts = 0;
+  uint64_t copies = 0;
   std::map<int, std::vector<LaunchedOp>> history;
 
   // Whether [p, p + bytes) lies inside one allocation.
@@ -413,6 +414,25 @@ Result<std::unique_ptr<taiji::DeviceComm>> FakeDeviceRuntime::create_comm(const 
   auto failure = s_->init_failures.find(rank);
   if (failure != s_->init_failures.end()) r.init_error = failure->second;
   return std::unique_ptr<taiji::DeviceComm>(new FakeComm(s_, it->second, rank));
+}
+
+taiji::Status FakeDeviceRuntime::copy(void* dst, const void* src, uint64_t bytes, bool to_device,
+                                      int ordinal, void*) {
+  std::lock_guard lk(s_->mu);
+  if (!s_->usable.is_ok()) return s_->usable;
+  const void* device = to_device ? static_cast<const void*>(dst) : src;
+  const void* host = to_device ? src : static_cast<const void*>(dst);
+  if (ordinal != 0 || !s_->on_device(device, bytes) || (bytes > 0 && host == nullptr)) {
+    return {taiji::Code::InvalidArgument, "copy: the device side is not fake device memory of device 0"};
+  }
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+  ++s_->copies;
+  return {};
+}
+
+uint64_t FakeDeviceRuntime::copies() const {
+  std::lock_guard lk(s_->mu);
+  return s_->copies;
 }
 
 std::string FakeDeviceRuntime::describe() const {

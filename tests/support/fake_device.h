@@ -42,6 +42,9 @@ class FakeDeviceRuntime : public taiji::DeviceRuntime {
   taiji::Result<std::string> make_id() override;
   taiji::Result<std::unique_ptr<taiji::DeviceComm>> create_comm(const std::string& id, int rank,
                                                                 int size, int ordinal) override;
+  // A memcpy; the device side must be fake memory of device 0.
+  taiji::Status copy(void* dst, const void* src, uint64_t bytes, bool to_device, int ordinal,
+                     void* stream) override;
   std::string describe() const override;
 
   // Fake device memory (device 0), 64-byte aligned; alloc(0) gives a valid pointer.
@@ -75,6 +78,8 @@ class FakeDeviceRuntime : public taiji::DeviceRuntime {
   std::string violation_text() const;
   // Communicators aborted, each counted once: by abort(), or by a finalize that timed out.
   uint64_t aborts() const;
+  // Calls of copy() that succeeded.
+  uint64_t copies() const;
   // Every op `rank` launched, in order, across its worlds.
   std::vector<LaunchedOp> launched(int rank) const;
 
