@@ -7,21 +7,21 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "../support/fake_device.h"
-#include "device/nccl_runtime.h"
-#include "runtime/peer.h"
+#include "fake_peers.h"
 
 using namespace taiji;
-using taiji_test::FakeDeviceRuntime;
+using taiji_test::FakeInstalled;
+using taiji_test::PeerBody;
+using taiji_test::PeerFailures;
+using taiji_test::run_fake_peers;
+using taiji_test::wait_request;
 
 namespace {
 
@@ -29,56 +29,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-// Installs the fake as the process's device runtime for the life of the object.
-struct FakeInstalled {
-  std::shared_ptr<FakeDeviceRuntime> fake = std::make_shared<FakeDeviceRuntime>();
-  FakeInstalled() { install_device_runtime_for_testing(fake); }
-  ~FakeInstalled() { install_device_runtime_for_testing(nullptr); }
-};
-
-class Failures {
- public:
-  void add(int rank, const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu_);
-    lines_.push_back("rank " + std::to_string(rank) + ": " + what);
-  }
-  void check() const {
-    for (const std::string& l : lines_) FAIL_CHECK(l);
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> lines_;
-};
-
-// Runs `body` on `n` peers, one thread each, created with the fake installed.
-void run_peers(int n, const std::string& job, const std::function<void(int, Peer&, Failures&)>& body,
-               Failures& failures, int64_t timeout_ms = 10000) {
-  auto server = RendezvousServer::start("127.0.0.1", 0);
-  REQUIRE(server.is_ok());
-  const std::string address = "127.0.0.1:" + std::to_string(server.value()->port());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      Config c;
-      c.rank = r;
-      c.size = n;
-      c.rendezvous = address;
-      c.host_rendezvous = 0;
-      c.job_id = job;
-      c.timeout_ms = timeout_ms;
-      c.init_timeout_ms = 20000;
-      auto config = resolve_config(c, [](const char*) -> const char* { return nullptr; });
-      if (!config.is_ok()) return failures.add(r, config.status().message());
-      auto peer = Peer::create(config.value());
-      if (!peer.is_ok()) return failures.add(r, "create: " + peer.status().message());
-      body(r, *peer.value(), failures);
-      (void)peer.value()->finalize();
-    });
-  }
-  for (auto& t : threads) t.join();
 }
 
 PostArgs allreduce(const std::string& name, const float* send, float* recv, uint64_t count,
@@ -96,10 +46,11 @@ PostArgs allreduce(const std::string& name, const float* send, float* recv, uint
   return a;
 }
 
-Status wait(const std::shared_ptr<RequestState>& req, int64_t ms = 20000) {
-  Status s;
-  if (!req->wait_for(ms, &s)) return {Code::Internal, "still running after " + std::to_string(ms) + " ms"};
-  return s;
+Status wait(const std::shared_ptr<RequestState>& req, int64_t ms = 20000) { return wait_request(req, ms); }
+
+// Runs `body` on `n` peers of one host.
+void run_peers(int n, const std::string& job, const PeerBody& body, PeerFailures& failures) {
+  run_fake_peers(std::vector<std::string>(static_cast<size_t>(n)), job, body, failures);
 }
 
 // Posts, and waits; the post's own error when it has one.
@@ -119,8 +70,8 @@ TEST_CASE("device backend: named ops posted in any order run in one order on eve
   constexpr int kPeers = 4;
   constexpr int kOps = 24;
   constexpr uint64_t kCount = 64;
-  Failures failures;
-  run_peers(kPeers, "device-order", [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  run_peers(kPeers, "device-order", [&](int r, Peer& peer, PeerFailures& f) {
     std::vector<float*> send(kOps), recv(kOps);
     for (int i = 0; i < kOps; ++i) {
       send[i] = static_cast<float*>(fake.alloc(kCount * sizeof(float)));
@@ -168,8 +119,8 @@ TEST_CASE("device backend: named ops posted in any order run in one order on eve
 TEST_CASE("device backend: a disagreement is a mismatch on every rank, and the next op runs", "[device_backend]") {
   FakeInstalled installed;
   auto& fake = *installed.fake;
-  Failures failures;
-  run_peers(3, "device-mismatch", [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  run_peers(3, "device-mismatch", [&](int r, Peer& peer, PeerFailures& f) {
     auto* buf = static_cast<float*>(fake.alloc(16 * sizeof(float)));
     std::fill(buf, buf + 16, 1.0f);
     Status s = run(peer, allreduce("w", buf, buf, r == 2 ? 8 : 16));
@@ -187,8 +138,8 @@ TEST_CASE("device backend: a disagreement is a mismatch on every rank, and the n
 TEST_CASE("device backend: where buffers live decides the backend; errors at post", "[device_backend]") {
   FakeInstalled installed;
   auto& fake = *installed.fake;
-  Failures failures;
-  run_peers(2, "device-place", [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  run_peers(2, "device-place", [&](int r, Peer& peer, PeerFailures& f) {
     auto* dev = static_cast<float*>(fake.alloc(4 * sizeof(float)));
     std::vector<float> host(4, 1.0f);
     auto mixed = peer.post(allreduce("mixed", host.data(), dev, 4));
@@ -213,8 +164,8 @@ TEST_CASE("device backend: no usable device fails device ops at once, host ops r
   auto& fake = *installed.fake;
   auto* dev = static_cast<float*>(fake.alloc(4 * sizeof(float)));
   fake.make_unusable("no CUDA-capable device is detected");
-  Failures failures;
-  run_peers(2, "device-none", [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  run_peers(2, "device-none", [&](int r, Peer& peer, PeerFailures& f) {
     auto posted = peer.post(allreduce("d", dev, dev, 4, /*memory=*/2));
     if (posted.is_ok() || posted.status().code() != Code::NoDevice ||
         !contains(posted.status().message(), "no CUDA-capable device")) {
@@ -233,8 +184,8 @@ TEST_CASE("device backend: a hang on the device ends at the deadline on every ra
   FakeInstalled installed;
   auto& fake = *installed.fake;
   fake.hang_batch(1, 1);  // the second batch never completes
-  Failures failures;
-  run_peers(3, "device-hang", [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  run_peers(3, "device-hang", [&](int r, Peer& peer, PeerFailures& f) {
     auto* buf = static_cast<float*>(fake.alloc(4 * sizeof(float)));
     if (Status s = run(peer, allreduce("a", buf, buf, 4)); !s.is_ok()) f.add(r, "first op: " + s.message());
     const auto t0 = Clock::now();
@@ -258,8 +209,8 @@ TEST_CASE("device backend: an asynchronous error on one rank fails the ops of ev
   auto& fake = *installed.fake;
   fake.async_error_after(1, 0, {Code::Io, "NCCL WARN net: connection closed by remote peer"});
   fake.device_time_us(20000);
-  Failures failures;
-  run_peers(3, "device-async", [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  run_peers(3, "device-async", [&](int r, Peer& peer, PeerFailures& f) {
     auto* buf = static_cast<float*>(fake.alloc(4 * sizeof(float)));
     (void)run(peer, allreduce("a", buf, buf, 4));
     // Ops after the error fail within their deadline, whoever saw it first.
@@ -276,8 +227,8 @@ TEST_CASE("device backend: an op one rank never posts times out everywhere, and 
           "[device_backend]") {
   FakeInstalled installed;
   auto& fake = *installed.fake;
-  Failures failures;
-  run_peers(3, "device-withdraw", [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  run_peers(3, "device-withdraw", [&](int r, Peer& peer, PeerFailures& f) {
     auto* buf = static_cast<float*>(fake.alloc(4 * sizeof(float)));
     if (r != 2) {
       const auto t0 = Clock::now();
@@ -305,8 +256,8 @@ TEST_CASE("device backend: slow communicator init still runs the first op", "[de
   FakeInstalled installed;
   auto& fake = *installed.fake;
   fake.init_delay_ms(1, 500);
-  Failures failures;
-  run_peers(2, "device-slow-init", [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  run_peers(2, "device-slow-init", [&](int r, Peer& peer, PeerFailures& f) {
     auto* buf = static_cast<float*>(fake.alloc(4 * sizeof(float)));
     std::fill(buf, buf + 4, 1.0f);
     Status s = run(peer, allreduce("first", buf, buf, 4));
@@ -320,8 +271,8 @@ TEST_CASE("device backend: an abort ends a hanging device op at once", "[device_
   FakeInstalled installed;
   auto& fake = *installed.fake;
   fake.hang_batch(0, 0);
-  Failures failures;
-  run_peers(2, "device-abort", [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  run_peers(2, "device-abort", [&](int r, Peer& peer, PeerFailures& f) {
     auto* buf = static_cast<float*>(fake.alloc(4 * sizeof(float)));
     auto req = peer.post(allreduce("stuck", buf, buf, 4, 0, 60000));
     if (!req.is_ok()) return f.add(r, "post: " + req.status().message());

@@ -8,76 +8,22 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "../support/fake_device.h"
-#include "device/nccl_runtime.h"
-#include "runtime/peer.h"
+#include "fake_peers.h"
 
 using namespace taiji;
-using taiji_test::FakeDeviceRuntime;
+using taiji_test::FakeInstalled;
+using taiji_test::PeerFailures;
+using taiji_test::wait_request;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct FakeInstalled {
-  std::shared_ptr<FakeDeviceRuntime> fake = std::make_shared<FakeDeviceRuntime>();
-  FakeInstalled() { install_device_runtime_for_testing(fake); }
-  ~FakeInstalled() { install_device_runtime_for_testing(nullptr); }
-};
-
-class Failures {
- public:
-  void add(int rank, const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu_);
-    lines_.push_back("rank " + std::to_string(rank) + ": " + what);
-  }
-  void check() const {
-    for (const std::string& l : lines_) FAIL_CHECK(l);
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> lines_;
-};
-
-// Runs `body` on one peer per entry of `hosts` (its host label), one thread each.
-void run_peers(const std::vector<std::string>& hosts, const std::string& job,
-               const std::function<void(int, Peer&, Failures&)>& body, Failures& failures,
-               int64_t timeout_ms = 10000) {
-  const int n = static_cast<int>(hosts.size());
-  auto server = RendezvousServer::start("127.0.0.1", 0);
-  REQUIRE(server.is_ok());
-  const std::string address = "127.0.0.1:" + std::to_string(server.value()->port());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      Config c;
-      c.rank = r;
-      c.size = n;
-      c.rendezvous = address;
-      c.host_rendezvous = 0;
-      c.job_id = job;
-      c.timeout_ms = timeout_ms;
-      c.init_timeout_ms = 20000;
-      c.host_label = hosts[static_cast<size_t>(r)];
-      auto config = resolve_config(c, [](const char*) -> const char* { return nullptr; });
-      if (!config.is_ok()) return failures.add(r, config.status().message());
-      auto peer = Peer::create(config.value());
-      if (!peer.is_ok()) return failures.add(r, "create: " + peer.status().message());
-      body(r, *peer.value(), failures);
-      (void)peer.value()->finalize();
-    });
-  }
-  for (auto& t : threads) t.join();
-}
 
 PostArgs allreduce(const std::string& name, const void* send, void* recv, uint64_t count, DType dtype,
                    RedOp redop, bool hierarchical, int64_t timeout_ms = 0) {
@@ -95,11 +41,7 @@ PostArgs allreduce(const std::string& name, const void* send, void* recv, uint64
   return a;
 }
 
-Status wait(const std::shared_ptr<RequestState>& req, int64_t ms = 30000) {
-  Status s;
-  if (!req->wait_for(ms, &s)) return {Code::Internal, "still running after " + std::to_string(ms) + " ms"};
-  return s;
-}
+Status wait(const std::shared_ptr<RequestState>& req, int64_t ms = 30000) { return wait_request(req, ms); }
 
 size_t count_kind(const std::vector<taiji_test::LaunchedOp>& ops, OpKind kind) {
   return static_cast<size_t>(std::count_if(ops.begin(), ops.end(), [kind](const auto& o) { return o.kind == kind; }));
@@ -137,8 +79,8 @@ void check_hierarchical(const std::vector<std::string>& hosts, const std::string
   auto& fake = *installed.fake;
   constexpr uint64_t kCount = 37;
   constexpr int kRounds = 3;
-  Failures failures;
-  run_peers(hosts, job, [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  taiji_test::run_fake_peers(hosts, job, [&](int r, Peer& peer, PeerFailures& f) {
     for (int round = 0; round < kRounds; ++round) {
       struct Slot {
         void* send;
@@ -227,8 +169,8 @@ TEST_CASE("hierarchical device allreduce: one host runs the plain allreduce", "[
   FakeInstalled installed;
   auto& fake = *installed.fake;
   constexpr uint64_t kCount = 16;
-  Failures failures;
-  run_peers({"a", "a", "a"}, "hier-one-host", [&](int r, Peer& peer, Failures& f) {
+  PeerFailures failures;
+  taiji_test::run_fake_peers({"a", "a", "a"}, "hier-one-host", [&](int r, Peer& peer, PeerFailures& f) {
     auto* send = static_cast<float*>(fake.alloc(kCount * 4));
     auto* recv = static_cast<float*>(fake.alloc(kCount * 4));
     for (uint64_t j = 0; j < kCount; ++j) send[j] = static_cast<float>(r + j);
@@ -254,10 +196,10 @@ TEST_CASE("hierarchical device allreduce: a disagreement fails every rank within
   FakeInstalled installed;
   auto& fake = *installed.fake;
   constexpr int64_t kTimeoutMs = 2000;
-  Failures failures;
+  PeerFailures failures;
   std::mutex mu;
   std::vector<Code> codes(4, Code::Ok);
-  run_peers({"a", "a", "b", "b"}, "hier-mismatch", [&](int r, Peer& peer, Failures& f) {
+  taiji_test::run_fake_peers({"a", "a", "b", "b"}, "hier-mismatch", [&](int r, Peer& peer, PeerFailures& f) {
     auto* send = static_cast<float*>(fake.alloc(16 * 4));
     auto* recv = static_cast<float*>(fake.alloc(16 * 4));
     const auto t0 = Clock::now();
