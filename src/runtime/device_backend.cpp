@@ -25,14 +25,9 @@ constexpr int kMemoryAuto = 0;
 constexpr int kMemoryHost = 1;
 constexpr int kMemoryDevice = 2;
 
+// SequencerClient::announce drops the fields a kind ignores (redop, root) itself.
 DeviceOpSpec spec_of(const PostedOp& op) {
-  DeviceOpSpec s;
-  s.kind = op.spec.kind;
-  s.dtype = op.spec.dtype;
-  s.redop = op_kind_reduces(op.spec.kind) ? op.spec.redop : RedOp::Sum;
-  s.count = op.spec.count;
-  s.root = op_kind_rooted(op.spec.kind) ? op.spec.root : 0;
-  return s;
+  return {op.spec.kind, op.spec.dtype, op.spec.redop, op.spec.count, op.spec.root};
 }
 
 }  // namespace
@@ -174,27 +169,28 @@ void DeviceBackend::coordinate(int src, const std::vector<uint8_t>& msg) {
   }
   std::vector<uint8_t> order = sequencer_->take_order();
   if (order.empty()) return;
+  // Decoded once, here: rank 0 applies the entries it sends.
+  auto entries = client_.read_order(order.data(), order.size());
+  if (!entries.is_ok()) {
+    fail_device({Code::Internal, "device order made by this rank: " + entries.status().message()}, true);
+    return;
+  }
   // The communicator's id goes ahead of the first order that runs an op: links keep
   // order, so every rank has it before it needs it.
-  if (!comm_started_) {
-    auto entries = SequencerClient(client_).read_order(order.data(), order.size());
-    const bool runs = entries.is_ok() && std::any_of(entries.value().begin(), entries.value().end(),
-                                                     [](const OrderEntry& e) {
-                                                       return e.verdict == OrderEntry::Verdict::Run;
-                                                     });
-    if (runs) {
-      auto id = runtime()->make_id();
-      if (!id.is_ok()) {
-        fail_device({Code::NoDevice, "device communicator id: " + id.status().message()}, true);
-        return;
-      }
-      std::vector<uint8_t> bytes(id.value().begin(), id.value().end());
-      for (int r = 1; r < opt_.size; ++r) send(r, Stage::Init, bytes);
-      init_comm(id.value());
+  const bool runs = std::any_of(entries.value().begin(), entries.value().end(),
+                                [](const OrderEntry& e) { return e.verdict == OrderEntry::Verdict::Run; });
+  if (!comm_started_ && runs) {
+    auto id = runtime()->make_id();
+    if (!id.is_ok()) {
+      fail_device({Code::NoDevice, "device communicator id: " + id.status().message()}, true);
+      return;
     }
+    std::vector<uint8_t> bytes(id.value().begin(), id.value().end());
+    for (int r = 1; r < opt_.size; ++r) send(r, Stage::Init, bytes);
+    init_comm(id.value());
   }
   for (int r = 1; r < opt_.size; ++r) send(r, Stage::Order, order);
-  apply_order(order);
+  run_order(entries.value());
 }
 
 void DeviceBackend::ensure_executor() {
@@ -222,8 +218,13 @@ void DeviceBackend::apply_order(const std::vector<uint8_t>& msg) {
     fail_device({Code::Protocol, "device order from rank 0: " + entries.status().message()}, true);
     return;
   }
+  run_order(entries.value());
+}
+
+void DeviceBackend::run_order(const std::vector<OrderEntry>& entries) {
+  if (!sticky_.is_ok()) return;
   std::vector<DeviceWork> batch;
-  for (const OrderEntry& oe : entries.value()) {
+  for (const OrderEntry& oe : entries) {
     auto it = ops_.find({oe.name, oe.version});
     // A withdrawal reaches every rank, also those that have not posted the op (yet): the
     // coordinator answers their later announcement with the same verdict.

@@ -86,7 +86,9 @@ class DeviceBackend final : public Backend, public ReceiveHandler {
   void flush();
   // The coordinator's side: a message from `src` (itself included), then any batch due.
   void coordinate(int src, const std::vector<uint8_t>& msg);
+  // A non-zero rank: rank 0's order message, decoded, then run.
   void apply_order(const std::vector<uint8_t>& msg);
+  void run_order(const std::vector<OrderEntry>& entries);
   void ensure_executor();
   void init_comm(const std::string& id);
   void finish(uint64_t tag, const Status& status);
