@@ -12,8 +12,9 @@
  * propose a kind wins. The step replaces taiji_step_mark: it records the step times into
  * the metrics the same way (do not call both).
  *
- * Topology changes are applied by the step itself (all ranks change at the same point, as
- * with taiji_set_topology) and returned with applied = 1. Resize and set_sync_mode actions
+ * Topology changes, and link measurements with the swap they may lead to, are applied by
+ * the step itself (all ranks change at the same point, as with taiji_set_topology) and
+ * returned with applied = 1. Resize and set_sync_mode actions
  * are returned for the caller to apply, since the framework must re-synchronise its state
  * around them (taiji_resize; averaging replicas when entering BSP); advise_batch is advice.
  *
@@ -43,7 +44,10 @@ typedef enum taiji_action_kind {
   TAIJI_ACTION_SET_TOPOLOGY = 0, /* topology: applied by the step */
   TAIJI_ACTION_RESIZE = 1,       /* size: for the caller (taiji_resize) */
   TAIJI_ACTION_SET_SYNC_MODE = 2,/* mode, lr_scale: for the caller */
-  TAIJI_ACTION_ADVISE_BATCH = 3  /* batch_scale, lr_scale: advice */
+  TAIJI_ACTION_ADVISE_BATCH = 3, /* batch_scale, lr_scale: advice */
+  TAIJI_ACTION_MEASURE_LINKS = 4 /* applied by the step: links measured, topology set to the
+                                    best computed from them when the predicted gain is
+                                    enough (topology: the one swapped to, or empty: kept) */
 } taiji_action_kind_t;
 
 /* One decision. In the array taiji_adapt_step fills, the strings belong to the engine and
@@ -95,7 +99,8 @@ typedef taiji_status_t (*taiji_adapt_policy_fn)(const taiji_step_view_t *view,
 
 /* "bsp", "sma", "pair", "local"; "" for a value off the list. Never blocks; any thread. */
 TAIJI_API const char *taiji_sync_mode_name(int mode);
-/* "set_topology", "resize", "set_sync_mode", "advise_batch"; "" off the list. */
+/* "set_topology", "resize", "set_sync_mode", "advise_batch", "measure_links"; "" off the
+ * list. */
 TAIJI_API const char *taiji_action_kind_name(int kind);
 
 /* An engine for `peer`, with no policy, in BSP mode. Never blocks. Errors:

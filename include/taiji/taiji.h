@@ -608,10 +608,11 @@ TAIJI_API void taiji_rendezvous_stop(taiji_rendezvous_t *server);
 }
 #endif
 
-/* Monitoring, gradient statistics the model store and adaptation, in their own headers. */
+/* Monitoring, gradient statistics, the model store, adaptation and links, in their own headers. */
 #include "taiji/metrics.h"
 #include "taiji/grad_stats.h"
 #include "taiji/model_store.h"
 #include "taiji/adapt.h"
+#include "taiji/links.h"
 
 #endif /* TAIJI_TAIJI_H */

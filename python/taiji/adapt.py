@@ -27,7 +27,7 @@ from .errors import check
 __all__ = ["Engine", "Action", "StepView", "find_bsp_fraction", "SYNC_MODES", "ACTION_KINDS"]
 
 SYNC_MODES = ("bsp", "sma", "pair", "local")
-ACTION_KINDS = ("set_topology", "resize", "set_sync_mode", "advise_batch")
+ACTION_KINDS = ("set_topology", "resize", "set_sync_mode", "advise_batch", "measure_links")
 # TAIJI_ERR_INTERNAL: what a Python policy that raised returns to the C engine; the
 # exception itself is re-raised by Engine.step.
 _POLICY_RAISED = -14
@@ -38,6 +38,8 @@ class Action:
     """One decision. ``kind``: one of ACTION_KINDS. ``mode`` (set_sync_mode), ``size``
     (resize), ``topology`` (set_topology: a built-in name or the explicit text form),
     ``batch_scale`` and ``lr_scale`` (advise_batch; lr_scale also with set_sync_mode).
+    A measure_links action is applied by the step: ``topology`` is the one it swapped to,
+    or empty when it kept the one in force, and ``reason`` says why.
     ``policy`` and ``applied`` are filled by the engine."""
     kind: str
     mode: str = "bsp"

@@ -22,6 +22,7 @@ const char* action_kind_name(ActionKind kind) {
     case ActionKind::Resize: return "resize";
     case ActionKind::SetSyncMode: return "set_sync_mode";
     case ActionKind::AdviseBatch: return "advise_batch";
+    case ActionKind::MeasureLinks: return "measure_links";
   }
   return "unknown";
 }

@@ -49,18 +49,24 @@ struct StepView {
   const std::vector<double>* input(const std::string& key) const;
 };
 
-enum class ActionKind : uint8_t { SetTopology = 0, Resize = 1, SetSyncMode = 2, AdviseBatch = 3 };
-constexpr int kActionKindCount = 4;
-// "set_topology", "resize", "set_sync_mode", "advise_batch".
+enum class ActionKind : uint8_t { SetTopology = 0, Resize = 1, SetSyncMode = 2, AdviseBatch = 3, MeasureLinks = 4 };
+constexpr int kActionKindCount = 5;
+// "set_topology", "resize", "set_sync_mode", "advise_batch", "measure_links".
 const char* action_kind_name(ActionKind kind);
 
 struct Action {
   ActionKind kind = ActionKind::AdviseBatch;
   SyncMode mode = SyncMode::Bsp;  // set_sync_mode
   int size = 0;                   // resize
-  std::string topology;           // set_topology: a built-in name or the explicit text form
+  std::string topology;           // set_topology: a built-in name or the explicit text form;
+                                  // measure_links: the runtime sets the one it swapped to
   double batch_scale = 1;         // advise_batch: multiply the per-rank batch by this
   double lr_scale = 1;            // set_sync_mode, advise_batch: multiply the learning rate
+  // measure_links: the runtime measures every link, computes the best strategy for an
+  // allreduce of `bytes` and swaps to it when the time predicted on the topology in force
+  // is at least min_gain x the best's.
+  double min_gain = 1.1;
+  uint64_t bytes = uint64_t{16} << 20;
   std::string policy;             // filled by the engine with the deciding policy's name
   std::string reason;
   bool applied = false;           // set by the runtime when it applied the action itself

@@ -4,10 +4,15 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <sstream>
 
+#include "monitor/log.h"
 #include "monitor/metrics.h"
 #include "runtime/internal_gather.h"
+#include "runtime/link_measure.h"
 #include "runtime/peer.h"
+#include "topology/link_optimizer.h"
+#include "topology/text.h"
 
 namespace taiji {
 
@@ -86,6 +91,43 @@ Status apply_topology(Peer& peer, Action& action, int64_t timeout_ms) {
   return {};
 }
 
+// Measures every link, computes the best strategy for the action's size, and swaps to it
+// when the topology in force is predicted at least min_gain x slower. Every rank holds the
+// same matrix and the same topology, so every rank decides the same.
+Status apply_measure_links(Peer& peer, Action& action, int64_t timeout_ms) {
+  LinkMeasureOptions measure;
+  measure.timeout_ms = timeout_ms;
+  auto matrix = measure_links(peer, measure);
+  if (!matrix.is_ok()) return {matrix.status().code(), "adapt step: " + matrix.status().message()};
+  OptimizeOptions o;
+  o.bytes = action.bytes;
+  if (peer.config().chunk_bytes != 0) o.chunk_bytes = peer.config().chunk_bytes;
+  auto best = optimize_topology(matrix.value(), o);
+  if (!best.is_ok()) return {best.status().code(), "adapt step: optimise topology: " + best.status().message()};
+  const BoundStrategy now = peer.topology_in_force(o.bytes);
+  const double predicted_now =
+      now.strategy ? predict_allreduce(*now.strategy, matrix.value(), o.bytes, o.chunk_bytes).seconds : 0;
+  const double predicted_best = best.value().cost.seconds;
+  std::ostringstream why;
+  why << action.reason << "; " << best.value().explanation << "; in force: "
+      << (now.strategy ? now.strategy->name : std::string("automatic")) << " " << predicted_now << " s";
+  const bool same = now.strategy && now.digest == topology_digest(best.value().strategy);
+  if (same || predicted_now < action.min_gain * predicted_best) {
+    why << ", kept (gain " << (predicted_best > 0 ? predicted_now / predicted_best : 0) << " < " << action.min_gain
+        << ")";
+    action.reason = why.str();
+    action.topology.clear();
+    action.applied = true;
+    log().info("adapt step: links measured, topology kept: {}", action.reason);
+    return {};
+  }
+  why << ", swapped";
+  action.reason = why.str();
+  action.topology = to_text(best.value().strategy);
+  log().info("adapt step: links measured, topology swapped: {}", action.reason);
+  return apply_topology(peer, action, timeout_ms);
+}
+
 }  // namespace
 
 Status adapt_step(Peer& peer, Engine& engine, const AdaptRecordInputs& in, int64_t timeout_ms,
@@ -154,6 +196,11 @@ Status adapt_step(Peer& peer, Engine& engine, const AdaptRecordInputs& in, int64
   for (Action& a : *actions) {
     if (a.kind != ActionKind::SetTopology) continue;
     if (Status s = apply_topology(peer, a, timeout_ms); !s.is_ok()) return s;
+  }
+  // After any explicit swap, so that the measurement compares against what is in force.
+  for (Action& a : *actions) {
+    if (a.kind != ActionKind::MeasureLinks) continue;
+    if (Status s = apply_measure_links(peer, a, timeout_ms); !s.is_ok()) return s;
   }
   return {};
 }

@@ -43,7 +43,22 @@ void OpPoster::cluster_changed(const Cluster& before, const Cluster& now) {
   // A topology is a graph over the ranks of one cluster: on another, ops choose by size
   // until every rank agrees on a new one.
   if (current_.strategy) log().info("topology reset to automatic: the cluster changed");
-  current_ = {};
+  set_current({});
+}
+
+void OpPoster::set_current(BoundStrategy s) {
+  std::lock_guard<std::mutex> lock(current_mu_);
+  current_ = std::move(s);
+}
+
+BoundStrategy OpPoster::in_force(uint64_t bytes) const {
+  {
+    std::lock_guard<std::mutex> lock(current_mu_);
+    if (current_.strategy) return current_;
+  }
+  auto cache = strategies();
+  if (!cache) return {};
+  return cache->get(strategy_id(select_strategy(bytes, membership_->size(), default_selection())));
 }
 
 std::shared_ptr<const StrategyCache> OpPoster::strategies() const {
@@ -54,7 +69,7 @@ std::shared_ptr<const StrategyCache> OpPoster::strategies() const {
 Status OpPoster::set_default_topology(const std::string& text) {
   auto configured = resolve_topology(text);
   if (!configured.is_ok()) return {Code::Config, configured.status().message()};
-  current_ = configured.value();
+  set_current(configured.value());
   return {};
 }
 
@@ -317,7 +332,7 @@ Result<std::shared_ptr<RequestState>> OpPoster::set_topology(BoundStrategy propo
   op->finish_hook = [this, vote, proposed, weak_request](const Status& s) {
     Status result = s;
     if (s.is_ok() && vote->second == 1) {
-      current_ = proposed;
+      set_current(proposed);
       // The swap's own request reports the topology in force after it.
       if (auto request = weak_request.lock()) {
         request->set_topology_digest(proposed.strategy ? proposed.digest : 0);

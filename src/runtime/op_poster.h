@@ -89,6 +89,8 @@ class OpPoster final : public ClusterListener {
   bool gate_idle() const { return !gate_ && gated_.empty(); }
   // I/O thread: starts every op held back by the gate (the peer closes: each fails).
   void open_gate();
+  // Any thread: the strategy an allreduce of `bytes` that names none would run on now.
+  BoundStrategy in_force(uint64_t bytes) const;
   // Before the loop runs: the topology ops use when they name none.
   Status set_default_topology(const std::string& text);
   // Before the loop runs: the strategies of the bootstrapped cluster.
@@ -112,6 +114,8 @@ class OpPoster final : public ClusterListener {
   void enter(std::function<void()> start);
   Backend* backend_for(const PostedOp& op) const;
   BoundStrategy by_size(const CollectiveSpec& spec, const StrategyCache& cache) const;
+  // I/O thread (or before the loop runs): replaces current_ under current_mu_.
+  void set_current(BoundStrategy s);
   std::shared_ptr<const StrategyCache> strategies() const;
 
   const Config& config_;
@@ -127,8 +131,9 @@ class OpPoster final : public ClusterListener {
   // without it, elsewhere through strategies().
   std::shared_ptr<const StrategyCache> strategies_;
 
-  // I/O thread only: the topology ops use when they name none (empty: by size), and ops
-  // waiting for a topology change to settle.
+  // The topology ops use when they name none (empty: by size): written on the I/O thread
+  // under current_mu_, read there without it; and ops waiting for a topology change to settle.
+  mutable std::mutex current_mu_;
   BoundStrategy current_;
   bool gate_ = false;
   std::deque<std::function<void()>> gated_;

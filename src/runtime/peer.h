@@ -27,6 +27,7 @@
 #include "runtime/op_poster.h"
 #include "runtime/router.h"
 #include "runtime/rtt_probes.h"
+#include "topology/link_matrix.h"
 #include "transport/transport_stack.h"
 
 namespace taiji {
@@ -82,6 +83,8 @@ class Peer final : private ClusterListener {
   Result<BoundStrategy> resolve_topology(const std::string& text) const {
     return poster_.resolve_topology(text);
   }
+  // Any thread: the strategy an allreduce of `bytes` that names none would run on now.
+  BoundStrategy topology_in_force(uint64_t bytes) const { return poster_.in_force(bytes); }
   // The checks every post makes of its arguments (name, timeout, root, count, buffers),
   // for a caller that reads the buffers before posting.
   Status check_args(const PostArgs& args) const { return poster_.check_args(args); }
@@ -135,6 +138,17 @@ class Peer final : private ClusterListener {
   Result<std::unique_ptr<Peer>> split(int color, int key, int64_t timeout_ms);
   // Pings every other rank and waits for the replies (at most timeout_ms). Blocks.
   Status probe_rtt(int64_t timeout_ms);
+  // The latest link matrix measured by every rank together (runtime/link_measure.h), the
+  // same on every rank; null before the first. Any thread.
+  std::shared_ptr<const LinkMatrix> links() const {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    return links_;
+  }
+  void set_links(LinkMatrix m) {
+    auto kept = std::make_shared<const LinkMatrix>(std::move(m));
+    std::lock_guard<std::mutex> lock(links_mu_);
+    links_ = std::move(kept);
+  }
 
   // The model store (runtime/peer_models.cpp, runtime/model_service.h). Any thread; never
   // waits on the network. Returns the version saved.
@@ -211,6 +225,9 @@ class Peer final : private ClusterListener {
   mutable std::mutex hierarchy_mu_;
   std::shared_ptr<DeviceHierarchy> hierarchy_;  // under hierarchy_mu_
   Status hierarchy_error_;                      // under hierarchy_mu_: the failed split's
+
+  mutable std::mutex links_mu_;
+  std::shared_ptr<const LinkMatrix> links_;     // under links_mu_
 
   // I/O thread only.
   bool finalizing_ = false;              // waiting for in-flight ops before closing
