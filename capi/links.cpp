@@ -57,6 +57,7 @@ TAIJI_API taiji_status_t taiji_measure_links(taiji_peer_t* peer, const taiji_mea
       if (options->latency_rounds != 0) o.latency_rounds = options->latency_rounds;
       if (options->bandwidth_rounds != 0) o.bandwidth_rounds = options->bandwidth_rounds;
       o.timeout_ms = options->timeout_ms;
+      o.background = options->background != 0;
     }
     auto measured = taiji::measure_links(*peer->impl, o);
     if (!measured.is_ok()) return record(peer, measured.status());

@@ -28,16 +28,19 @@ typedef struct taiji_measure_options {
   int latency_rounds;      /* small round trips per direction, 1-100 (the fastest counts); 0: 5 */
   int bandwidth_rounds;    /* large messages per direction, 1-100 (the fastest counts); 0: 2 */
   int64_t timeout_ms;      /* the whole measurement; 0: the peer's op timeout */
+  int background;          /* 1: no probes now; gather the rows the background probes
+                              (TAIJI_LINK_PROBE_RATE) measured, 0 where a link has no sample */
 } taiji_measure_options_t;
 
-#define TAIJI_MEASURE_OPTIONS_INIT { sizeof(taiji_measure_options_t), 0, 0, 0, 0 }
+#define TAIJI_MEASURE_OPTIONS_INIT { sizeof(taiji_measure_options_t), 0, 0, 0, 0, 0 }
 
 /* Measures every link of the job (a collective; blocks). options may be NULL (defaults).
  * On success the peer keeps the matrix (taiji_peer_links), this rank's row goes into the
  * metrics (taiji_link_bandwidth_bytes_per_second and taiji_link_latency_seconds, labelled
  * with the peer), and *matrix, when matrix is not NULL, is a new matrix for the caller to
  * destroy. It takes n-1 rounds (n for odd n), each of latency_rounds small and
- * bandwidth_rounds large messages per direction. Errors: ERR_INVALID_ARGUMENT (options out
+ * bandwidth_rounds large messages per direction; with background = 1, only the gather.
+ * Errors: ERR_INVALID_ARGUMENT (options out
  * of range, a call from a completion callback), else the status of the probe that failed
  * (ERR_TIMEOUT, ERR_PEER_LOST, ...), with the pair in the error text. */
 TAIJI_API taiji_status_t taiji_measure_links(taiji_peer_t *peer, const taiji_measure_options_t *options,

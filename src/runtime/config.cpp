@@ -227,6 +227,10 @@ Status check_across(Config& c, const Sources& src) {
     return config_error("eager size " + src.of("TAIJI_EAGER_BYTES") + " exceeds the max payload " +
                         payload_src);
   }
+  if (c.link_probe_bytes > c.max_payload) {
+    return config_error("link probe size " + src.of("TAIJI_LINK_PROBE_BYTES") + " exceeds the max payload " +
+                        payload_src);
+  }
   if (!c.secret_file.empty()) {
     auto secret = read_secret_file(c.secret_file);
     if (!secret.is_ok()) return secret.status();

@@ -151,10 +151,16 @@ Result<LinkMatrix> measure_links(Peer& peer, const LinkMeasureOptions& options) 
   const int n = peer.size(), me = peer.rank();
   const int64_t timeout_ms = options.timeout_ms > 0 ? options.timeout_ms : peer.config().timeout_ms;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  auto big = std::make_shared<std::vector<uint8_t>>(options.probe_bytes);
+  auto big = std::make_shared<std::vector<uint8_t>>(options.background ? 0 : options.probe_bytes);
   auto small = std::make_shared<std::vector<uint8_t>>(kSmallBytes);
   std::vector<double> row(2 * static_cast<size_t>(n), 0.0);  // bandwidth to each rank, then latency
-  for (const auto& round : probe_schedule(n)) {
+  if (options.background) {
+    const std::vector<double> bw = peer.link_prober().bandwidth_row(), lat = peer.link_prober().latency_row();
+    std::copy(bw.begin(), bw.end(), row.begin());
+    std::copy(lat.begin(), lat.end(), row.begin() + n);
+  }
+  const auto schedule = options.background ? std::vector<std::vector<std::pair<int, int>>>{} : probe_schedule(n);
+  for (const auto& round : schedule) {
     for (const auto& [a, b] : round) {
       if (me != a && me != b) continue;
       const int other = me == a ? b : a;

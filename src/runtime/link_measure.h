@@ -24,6 +24,8 @@ struct LinkMeasureOptions {
   int latency_rounds = 5;                    // small round trips per direction
   int bandwidth_rounds = 2;                  // large messages per direction (the best counts)
   int64_t timeout_ms = 0;                    // the whole measurement; 0: the op timeout
+  // No probes: gather the rows of the background probes (runtime/link_prober.h) instead.
+  bool background = false;
 };
 
 // Bounds on the options, checked by measure_links.

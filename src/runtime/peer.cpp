@@ -89,6 +89,8 @@ Peer::Peer(const Config& config)
   dopt.init_timeout_ms = config_.init_timeout_ms;
   device_ = std::make_unique<DeviceBackend>(std::move(dopt), &io_, &names_);
   probes_ = std::make_unique<RttProbes>(config_.rank, config_.size, metrics_.get());
+  prober_ = std::make_unique<LinkProber>(config_.rank, config_.size, config_.link_probe_rate,
+                                         config_.link_probe_bytes, metrics_.get());
   models_ = std::make_unique<ModelStore>(static_cast<uint64_t>(config_.model_store_versions),
                                          config_.model_store_bytes);
   // Replies in the ops' chunks: the shared-memory ring holds four of them, and a frame
@@ -99,11 +101,13 @@ Peer::Peer(const Config& config)
   host_->engine().serve(router_);
   device_->serve(router_);
   probes_->serve(router_);
+  prober_->serve(router_);
   model_service_->serve(router_);
   transports_ = std::make_unique<TransportStack>(io_.uv(), to, so, &router_);
   host_->set_transports(transports_.get());
   device_->set_transport(&transports_->top());
   probes_->set_transport(&transports_->top());
+  prober_->set_transport(&transports_->top());
   model_service_->set_transport(&transports_->top());
   host_->engine().set_link_lost_handler(
       [this](int rank, const Status& why) { membership_.link_lost(rank, why); });
@@ -381,6 +385,8 @@ void Peer::on_tick() {
   transports_->tick();
   metrics_->sample_links(monotonic_ns());
   const uint64_t now = uv_now(io_.uv());
+  if (finalizing_ || closing_links_) prober_->stop();
+  prober_->tick(now);
   if (finalizing_ && (ops_idle() || now >= close_deadline_)) {
     finalizing_ = false;
     host_->fail_all({Code::Aborted, "peer closed with the op still in flight"});

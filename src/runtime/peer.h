@@ -21,6 +21,7 @@
 #include "runtime/device_backend.h"
 #include "runtime/host_backend.h"
 #include "runtime/io_loop.h"
+#include "runtime/link_prober.h"
 #include "runtime/membership.h"
 #include "runtime/model_service.h"
 #include "runtime/name_table.h"
@@ -140,6 +141,8 @@ class Peer final : private ClusterListener {
   Status probe_rtt(int64_t timeout_ms);
   // The latest link matrix measured by every rank together (runtime/link_measure.h), the
   // same on every rank; null before the first. Any thread.
+  // Background link probes (TAIJI_LINK_PROBE_RATE): this rank's row. Any thread.
+  const LinkProber& link_prober() const { return *prober_; }
   std::shared_ptr<const LinkMatrix> links() const {
     std::lock_guard<std::mutex> lock(links_mu_);
     return links_;
@@ -218,6 +221,7 @@ class Peer final : private ClusterListener {
   std::unique_ptr<HostBackend> host_;
   std::unique_ptr<DeviceBackend> device_;
   std::unique_ptr<RttProbes> probes_;
+  std::unique_ptr<LinkProber> prober_;
   OpPoster poster_;
   std::unique_ptr<RendezvousServer> rendezvous_server_;
 

@@ -25,6 +25,9 @@ constexpr uint64_t kInt64Max = static_cast<uint64_t>(std::numeric_limits<int64_t
 constexpr uint64_t kMaxPayloadLimit = 4 * kMiB * kKiB - 1;
 // Below this the per-frame header and syscall overhead dominate the transfer.
 constexpr uint64_t kMinChunkBytes = 4 * kKiB;
+constexpr uint64_t kMaxLinkProbeRate = uint64_t{1} << 30;
+constexpr uint64_t kMinLinkProbeBytes = kKiB;
+constexpr uint64_t kMaxLinkProbeBytes = uint64_t{16} << 20;
 // The frame header carries name_len in 16 bits.
 constexpr uint64_t kMaxNameLenCap = 65535;
 constexpr size_t kMaxJobIdBytes = kRendezvousMaxKey - 32;  // room for "/addr/" and a rank
@@ -324,6 +327,17 @@ const Setting kSettings[] = {
      .def_doc = "`libnccl.so.2`",
      .doc = "The NCCL library to load (a path, or a name the dynamic loader finds), so that a "
             "GPU machine can use its own NCCL. At most 4096 bytes."},
+    {.name = "TAIJI_LINK_PROBE_RATE", .field = "link_probe_rate", .type = T::Bytes,
+     .member = &Config::link_probe_rate, .max = kMaxLinkProbeRate, .what = "link probe rate", .def = "0",
+     .doc = "Background link probing, in bytes per second that the probes may send in all "
+            "(`0`: none). The I/O thread probes one link at a time, in turn; the samples go "
+            "into the metrics and `taiji_measure_links` with `background` gathers them. At "
+            "most `1G`."},
+    {.name = "TAIJI_LINK_PROBE_BYTES", .field = "link_probe_bytes", .type = T::Bytes,
+     .member = &Config::link_probe_bytes, .min = kMinLinkProbeBytes, .max = kMaxLinkProbeBytes,
+     .what = "link probe size", .def = "256K",
+     .doc = "Payload of each background link probe: `1K` to `16M` (within the max payload). "
+            "Larger probes measure fast links better and probe each link less often."},
 };
 
 }  // namespace

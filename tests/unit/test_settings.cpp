@@ -61,7 +61,7 @@ TEST_CASE("settings: one entry per variable, each with a field, a doc and a pars
       CHECK(is_set(s, c));
     }
   }
-  CHECK(names.size() == 38);
+  CHECK(names.size() == 40);
   CHECK(find_setting("TAIJI_NOT_A_SETTING") == nullptr);
   CHECK(find_setting("RANK") == nullptr);  // other launchers' variables are not keys
 }
