@@ -2,7 +2,9 @@
 // long an allreduce takes on any strategy over that matrix. The choice is made by the
 // same model that explains it: every candidate gets a predicted time, and the result says
 // which won and by how much. Pure and deterministic: the same matrix and options give the
-// same strategy on every rank and every machine (no clock, no randomness).
+// same strategy on every rank and every machine (no clock; the ring heuristic's
+// perturbations come from a generator with a fixed seed, and its work is counted in
+// steps, not time).
 #pragma once
 
 #include <cstdint>
