@@ -201,6 +201,13 @@ Status parse_setting(const Setting& s, std::string_view value, Config* c) {
       store_number(s, c, std::min<uint64_t>(n, kMaxTimeoutMs));
       return Status::ok();
     case SettingType::Bytes:
+      // A word (a size that means "none", say) stands for its value, past the bounds.
+      for (const SettingWord& w : s.words) {
+        if (w.text == value) {
+          store_number(s, c, static_cast<uint64_t>(w.value));
+          return Status::ok();
+        }
+      }
       if (Status st = parse_bytes(s.name, value, &n); !st.is_ok()) return st;
       if (Status st = check_bytes(s, n, source); !st.is_ok()) return st;
       store_number(s, c, n);

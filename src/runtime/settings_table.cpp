@@ -50,6 +50,7 @@ constexpr std::array<SettingWord, 2> kDigitWords = {{{"0", 0}, {"1", 1}}};
 constexpr std::array<SettingWord, 4> kOnOffWords = {{{"on", 1}, {"off", 0}, {"1", 1}, {"0", 0}}};
 constexpr std::array<SettingWord, 2> kProgressModes = {{{"adaptive"}, {"blocking"}}};
 constexpr std::array<SettingWord, 2> kShmModes = {{{"auto"}, {"off"}}};
+constexpr std::array<SettingWord, 2> kNoneWords = {{{"off", 0}, {"0", 0}}};
 constexpr std::array<SettingWord, 3> kNcclModes = {{{"auto"}, {"on"}, {"off"}}};
 constexpr std::array<SettingWord, 7> kLogLevels = {
     {{"trace"}, {"debug"}, {"info"}, {"warn"}, {"error"}, {"critical"}, {"off"}}};
@@ -328,9 +329,10 @@ const Setting kSettings[] = {
      .doc = "The NCCL library to load (a path, or a name the dynamic loader finds), so that a "
             "GPU machine can use its own NCCL. At most 4096 bytes."},
     {.name = "TAIJI_LINK_PROBE_RATE", .field = "link_probe_rate", .type = T::Bytes,
-     .member = &Config::link_probe_rate, .max = kMaxLinkProbeRate, .what = "link probe rate", .def = "0",
+     .member = &Config::link_probe_rate, .max = kMaxLinkProbeRate, .words = kNoneWords,
+     .what = "link probe rate", .def = "off",
      .doc = "Background link probing, in bytes per second that the probes may send in all "
-            "(`0`: none). The I/O thread probes one link at a time, in turn; the samples go "
+            "(`off` or `0`: none). The I/O thread probes one link at a time, in turn; the samples go "
             "into the metrics and `taiji_measure_links` with `background` gathers them. At "
             "most `1G`."},
     {.name = "TAIJI_LINK_PROBE_BYTES", .field = "link_probe_bytes", .type = T::Bytes,

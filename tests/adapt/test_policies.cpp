@@ -110,7 +110,7 @@ TEST_CASE("conflicts: one action per kind, the first policy wins, no-ops dropped
 TEST_CASE("spec strings: unknown policies and parameters are refused by name", "[policies]") {
   REQUIRE(make_policy("nope").status().message() ==
           "unknown policy 'nope' (built-ins: sync_switch_offline, sync_switch_online, adaptive_topology, "
-          "batch_advice, elastic)");
+          "batch_advice, elastic, measured_topology)");
   REQUIRE(make_policy("sync_switch_online q=1").status().message() ==
           "sync_switch_online: unknown parameter 'q' (known: k, m, lr_rule)");
   REQUIRE(make_policy("sync_switch_online k=abc").status().message() ==

@@ -4,10 +4,13 @@
 // must end in an error, never a hang.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common.h"
@@ -42,15 +45,6 @@ std::string topology_text(const taiji_topology_t* t) {
   taiji_topology_text(t, text.data(), text.size());
   text.resize(text.size() - 1);
   return text;
-}
-
-std::string metrics_json(taiji_peer_t* peer) {
-  size_t needed = 0;
-  taiji_metrics_json(peer, nullptr, 0, &needed);
-  std::string json(needed + 1, '\0');
-  if (taiji_metrics_json(peer, json.data(), json.size(), &needed) != TAIJI_OK) return {};
-  json.resize(needed);
-  return json;
 }
 
 template <typename T>
@@ -120,7 +114,7 @@ TEST_CASE("links: every rank measures the same matrix and computes the same topo
     taiji_topology_destroy(t);
     std::vector<int32_t> x(4096, rank + 1), y(4096, 0);
     failures.expect_status(rank, "allreduce", taiji_allreduce(peer, "links.after", x.data(), y.data(), x.size(),
-                                                              TAIJI_INT32, TAIJI_SUM, nullptr, nullptr),
+                                                              TAIJI_I32, TAIJI_SUM, nullptr, nullptr),
                            TAIJI_OK);
     const int32_t want = kRanks * (kRanks + 1) / 2;
     failures.expect(rank, y.front() == want && y.back() == want, "wrong sum on the measured topology");
@@ -201,4 +195,52 @@ TEST_CASE("links: measured_topology measures at its first step and decides the s
   check_no_failures(failures);
   expect_all_equal(decisions);
   CHECK(decisions.by_rank.at(0).rfind("0:measure_links applied=1", 0) == 0);
+}
+
+namespace {
+
+// The value of the gauge `name` (without labels) in a metrics JSON document; -1 when absent.
+double gauge(const std::string& json, const std::string& name) {
+  const std::string key = "{\"name\":\"" + name + "\",\"labels\":{},\"value\":";
+  const size_t at = json.find(key);
+  return at == std::string::npos ? -1 : std::strtod(json.c_str() + at + key.size(), nullptr);
+}
+
+}  // namespace
+
+TEST_CASE("links: background probes stay within their rate and their rows gather into a matrix", "[links]") {
+  constexpr uint64_t kRate = 2 << 20, kProbe = 64 << 10;
+  constexpr int kRunMs = 1500;
+  Failures failures;
+  PerRank<std::vector<double>> matrices;
+  PeerOptions po;
+  po.configure = [](int, taiji_config_t& c) {
+    taiji_config_set(&c, "TAIJI_LINK_PROBE_RATE", "2M");
+    taiji_config_set(&c, "TAIJI_LINK_PROBE_BYTES", "64K");
+  };
+  // Before any peer starts: the time since bounds every peer's probing time from above.
+  const auto start = Clock::now();
+  auto lines = run_peers(kRanks, [&](taiji_peer_t* peer, int rank) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kRunMs));
+    const double sent = gauge(metrics_json(peer), "taiji_link_probe_bytes_sent");
+    const double elapsed = ms_since(start) / 1000;
+    failures.expect(rank, sent > 0, "no background probe was sent");
+    // The bound: the rate over the time run, plus the one probe that may start at once.
+    failures.expect(rank, sent <= kRate * elapsed + kProbe,
+                    "probes sent " + std::to_string(sent) + " B in about " + std::to_string(elapsed) + " s");
+    taiji_measure_options_t o = TAIJI_MEASURE_OPTIONS_INIT;
+    o.background = 1;
+    taiji_link_matrix_t* raw = nullptr;
+    if (!failures.expect_status(rank, "gather", taiji_measure_links(peer, &o, &raw), TAIJI_OK)) return;
+    MatrixPtr m(raw);
+    for (int s = 0; s < kRanks; ++s) {
+      for (int d = 0; d < kRanks; ++d) {
+        if (s != d) failures.expect(rank, taiji_link_bandwidth(m.get(), s, d) > 0, "a link never probed");
+      }
+    }
+    matrices.set(rank, entries(m.get()));
+  }, po);
+  failures.add_all(lines);
+  check_no_failures(failures);
+  expect_all_equal(matrices);
 }
