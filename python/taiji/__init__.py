@@ -16,6 +16,7 @@ from .errors import (Aborted, AuthError, BootstrapError, ConfigError, Duplicate,
                      ProtocolError, StaleVersion, TaijiError, Timeout, Unsupported,
                      VersionMismatch, error_class, status_name)
 from .grad_stats import GradStats
+from .links import LinkMatrix, optimize_topology, predict_allreduce
 from .peer import Peer
 from .rendezvous import RendezvousServer
 from .request import Request
@@ -30,6 +31,7 @@ __all__ = [
     "Finalized", "VersionMismatch", "InternalError", "Unsupported", "BootstrapError",
     "AuthError", "NotFoundError", "NoDeviceError", "error_class", "status_name",
     "Peer", "Request", "Topology", "GradStats", "RendezvousServer",
+    "LinkMatrix", "optimize_topology", "predict_allreduce",
 ]
 
 

@@ -157,6 +157,24 @@ class StepView(Structure):
 
 ADAPT_POLICY = CFUNCTYPE(c_int, POINTER(StepView), c_void_p, c_void_p)
 
+
+class MeasureOptions(Structure):
+    """taiji_measure_options_t (include/taiji/links.h)."""
+    _fields_ = [("struct_size", c_size_t), ("probe_bytes", c_uint64),
+                ("latency_rounds", c_int), ("bandwidth_rounds", c_int),
+                ("timeout_ms", c_int64), ("background", c_int)]
+
+    def __init__(self) -> None:
+        super().__init__(ctypes.sizeof(MeasureOptions), 0, 0, 0, 0, 0)
+
+
+class OptimizeOptions(Structure):
+    """taiji_optimize_options_t (include/taiji/links.h)."""
+    _fields_ = [("struct_size", c_size_t), ("bytes", c_uint64), ("chunk_bytes", c_uint64)]
+
+    def __init__(self) -> None:
+        super().__init__(ctypes.sizeof(OptimizeOptions), 0, 0)
+
 # Declared on first use instead of at load, so that the package still loads a library that
 # predates them; late() raises AttributeError naming the missing symbol.
 _LATE_SIGNATURES = {
@@ -184,6 +202,17 @@ _LATE_SIGNATURES = {
     "taiji_adapt_find_bsp_fraction": (_S, [POINTER(c_double), POINTER(c_double), c_size_t,
                                            c_double, c_double, c_double, POINTER(c_double),
                                            POINTER(c_int)]),
+    # include/taiji/links.h (TAIJI_0.7)
+    "taiji_measure_links": (_S, [_P, POINTER(MeasureOptions), _PP]),
+    "taiji_peer_links": (_S, [_P, _PP]),
+    "taiji_link_matrix_create": (_S, [c_int, POINTER(c_double), POINTER(c_double), _PP]),
+    "taiji_link_matrix_size": (c_int, [_P]),
+    "taiji_link_bandwidth": (c_double, [_P, c_int, c_int]),
+    "taiji_link_latency": (c_double, [_P, c_int, c_int]),
+    "taiji_link_matrix_destroy": (None, [_P]),
+    "taiji_optimize_topology": (_S, [_P, _P, POINTER(OptimizeOptions), _PP, ctypes.c_char_p,
+                                     c_size_t]),
+    "taiji_predict_allreduce": (c_double, [_P, _P, c_uint64]),
 }
 
 

@@ -13,6 +13,7 @@ from ._args import rank_arg as _rank_arg
 from ._types import SUM, to_reduce_op
 from .errors import Finalized, TaijiError, check, make_error
 from .peer_elastic import ElasticMembership
+from .peer_links import PeerLinks
 from .request import Request
 
 _OPTION_KEYS = ("version", "timeout_ms", "topology", "grad_stats", "callback")
@@ -72,7 +73,7 @@ def _int_or_default(value: Any, what: str, default: int) -> int:
     return _rank_arg(value, what)
 
 
-class Peer(ElasticMembership):
+class Peer(ElasticMembership, PeerLinks):
     """A peer of a taiji job.
 
     Every argument left None comes from the environment, as ``taiji-run`` (or torchrun,
