@@ -93,7 +93,7 @@ def test_bad_specs_raise_with_a_message(run_peers):
     [r] = run_peers(_bad_specs, 1, timeout=30)
     assert r.results == [{
         "unknown": ["InvalidArgument", "unknown policy 'fastest' (built-ins: sync_switch_offline, "
-                    "sync_switch_online, adaptive_topology, batch_advice, elastic)"],
+                    "sync_switch_online, adaptive_topology, batch_advice, elastic, measured_topology)"],
         "param": ["InvalidArgument", "sync_switch_online: unknown parameter 'q' (known: k, m, lr_rule)"],
         "value": ["InvalidArgument", "sync_switch_online: k 'fast' is not a number"],
         "mode": ["ValueError", "unknown sync mode 'fast' (one of bsp, sma, pair, local)"],

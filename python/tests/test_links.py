@@ -234,3 +234,13 @@ def test_measure_links_bad_options(run_peers):
         assert out["wide"][0] == "InvalidArgument" and "latency_rounds" in out["wide"][1]
         assert out["links"] is True
         assert out["sum"] == [3]
+
+
+def test_measure_links_with_background_probes_from_the_start(run_peers):
+    # A background probe is due at once (a rate of 1 byte per second allows one probe,
+    # then none for days); it must wait for the links, and then not disturb the probes
+    # and ops that follow.
+    results = run_peers(_measure_and_use, 3, timeout=90, env={"TAIJI_LINK_PROBE_RATE": "1"})
+    got = [r.results[0] for r in results]
+    for g in got:
+        assert g["bw"] == got[0]["bw"] and g["sum_ok"] is True

@@ -62,7 +62,8 @@ struct Config {
   uint64_t model_store_bytes = 0;   // bound on the model store's bytes; 0: unset (1 GiB)
   std::string nccl;                 // device buffers over NCCL: auto, on or off
   std::string nccl_library;         // the NCCL to load; empty: libnccl.so.2
-  uint64_t link_probe_rate = 0;     // background link probes, bytes per second; 0: none
+  // Background link probes, bytes per second (0: none); unset: UINT64_MAX, since 0 is a value.
+  uint64_t link_probe_rate = UINT64_MAX;
   uint64_t link_probe_bytes = 0;    // each background probe's payload; 0: unset (256 KiB)
 };
 

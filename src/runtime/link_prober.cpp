@@ -32,7 +32,7 @@ void LinkProber::serve(Router& router) {
 void LinkProber::tick(uint64_t now_ms) {
   const int n = static_cast<int>(gone_.size());
   if (target_ >= 0 && now_ms >= started_ms_ + kProbeGiveUpMs) target_ = -1;
-  if (rate_ == 0 || stopped_ || target_ >= 0 || now_ms < next_start_ms_ || n < 2) return;
+  if (rate_ == 0 || !started_ || stopped_ || target_ >= 0 || now_ms < next_start_ms_ || n < 2) return;
   for (int tries = 0; tries < n; ++tries) {
     const int r = next_;
     next_ = (next_ + 1) % n;

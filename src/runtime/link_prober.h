@@ -33,7 +33,8 @@ class LinkProber final : public ReceiveHandler {
   void serve(Router& router);
   // I/O thread, on every loop tick: starts the next probe when it is time.
   void tick(uint64_t now_ms);
-  // I/O thread: no more probes (the peer closes).
+  // I/O thread: probes may start (every link is up) / no more probes (the peer closes).
+  void start() { started_ = true; }
   void stop() { stopped_ = true; }
 
   // Any thread: this rank's latest samples (smoothed) to each rank; 0 where none yet.
@@ -59,6 +60,7 @@ class LinkProber final : public ReceiveHandler {
   std::vector<uint8_t> payload_;  // zeros, borrowed by every large probe
 
   // I/O thread only.
+  bool started_ = false;
   bool stopped_ = false;
   std::vector<bool> gone_;  // ranks whose link went down
   int next_ = 0;            // the next rank to probe

@@ -226,7 +226,11 @@ Status Peer::bootstrap() {
   }
   io_.start([this] { on_tick(); }, [this] { return busy(); });
   if (size() == 1) return {};
-  return connect_links(deadline);
+  Status connected = connect_links(deadline);
+  // Not before: a probe sent while the links were still being set up (the shared-memory
+  // handshake among them) was seen to hold back every later frame of its mailbox.
+  if (connected.is_ok()) run_on_loop([this] { prober_->start(); });
+  return connected;
 }
 
 Status Peer::connect_links(std::chrono::steady_clock::time_point deadline) {

@@ -329,7 +329,7 @@ const Setting kSettings[] = {
      .doc = "The NCCL library to load (a path, or a name the dynamic loader finds), so that a "
             "GPU machine can use its own NCCL. At most 4096 bytes."},
     {.name = "TAIJI_LINK_PROBE_RATE", .field = "link_probe_rate", .type = T::Bytes,
-     .member = &Config::link_probe_rate, .max = kMaxLinkProbeRate, .words = kNoneWords,
+     .member = &Config::link_probe_rate, .unset = -1, .max = kMaxLinkProbeRate, .words = kNoneWords,
      .what = "link probe rate", .def = "off",
      .doc = "Background link probing, in bytes per second that the probes may send in all "
             "(`off` or `0`: none). The I/O thread probes one link at a time, in turn; the samples go "
