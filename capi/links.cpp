@@ -34,6 +34,12 @@ double entry(const taiji_link_matrix_t* matrix, int src, int dst, bool bandwidth
   return bandwidth ? matrix->m.bw(src, dst) : matrix->m.lat(src, dst);
 }
 
+// For the calls without a peer: taiji_peer_last_error(NULL) on this thread says why.
+taiji_status_t refuse(const std::string& why) {
+  init_error = why;
+  return TAIJI_ERR_INVALID_ARGUMENT;
+}
+
 void copy_line(const std::string& line, char* buf, size_t len) {
   if (buf == nullptr || len == 0) return;
   const size_t n = std::min(line.size(), len - 1);
@@ -80,12 +86,13 @@ TAIJI_API taiji_status_t taiji_peer_links(const taiji_peer_t* peer, taiji_link_m
 
 TAIJI_API taiji_status_t taiji_link_matrix_create(int size, const double* bandwidth, const double* latency,
                                                   taiji_link_matrix_t** matrix) {
-  if (matrix == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (matrix == nullptr) return refuse("link matrix output pointer is NULL");
   *matrix = nullptr;
-  if (size < 1 || size > 65536 || bandwidth == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (size < 1 || size > 65536) return refuse("link matrix size must be 1 to 65536, got " + std::to_string(size));
+  if (bandwidth == nullptr) return refuse("link matrix bandwidth is NULL");
   const size_t count = static_cast<size_t>(size) * static_cast<size_t>(size);
   if (!finite_non_negative(bandwidth, count) || (latency != nullptr && !finite_non_negative(latency, count))) {
-    return TAIJI_ERR_INVALID_ARGUMENT;
+    return refuse("link matrix entries must be finite and not negative");
   }
   try {
     taiji::LinkMatrix m = taiji::LinkMatrix::sized(size);
@@ -118,16 +125,17 @@ TAIJI_API taiji_status_t taiji_optimize_topology(const taiji_peer_t* peer, const
                                                  const taiji_optimize_options_t* options,
                                                  taiji_topology_t** topology, char* explanation, size_t len) {
   copy_line("", explanation, len);
-  if (topology == nullptr || matrix == nullptr) return TAIJI_ERR_INVALID_ARGUMENT;
+  if (topology == nullptr) return refuse("topology output pointer is NULL");
   *topology = nullptr;
+  if (matrix == nullptr) return refuse("link matrix is NULL");
   if (options != nullptr && options->struct_size < sizeof(taiji_optimize_options_t)) {
-    return TAIJI_ERR_INVALID_ARGUMENT;
+    return refuse("optimize options: struct_size is not from TAIJI_OPTIMIZE_OPTIONS_INIT");
   }
   if (peer != nullptr && peer->impl->size() != matrix->m.n) {
-    copy_line("the matrix has " + std::to_string(matrix->m.n) + " ranks, the peer's job " +
-                  std::to_string(peer->impl->size()),
-              explanation, len);
-    return TAIJI_ERR_INVALID_ARGUMENT;
+    const std::string why = "the matrix has " + std::to_string(matrix->m.n) + " ranks, the peer's job " +
+                            std::to_string(peer->impl->size());
+    copy_line(why, explanation, len);
+    return refuse(why);
   }
   try {
     taiji::OptimizeOptions o;
@@ -137,6 +145,7 @@ TAIJI_API taiji_status_t taiji_optimize_topology(const taiji_peer_t* peer, const
     auto result = taiji::optimize_topology(matrix->m, o);
     if (!result.is_ok()) {
       copy_line(result.status().message(), explanation, len);
+      init_error = result.status().message();
       return to_c(result.status());
     }
     copy_line(result.value().explanation, explanation, len);

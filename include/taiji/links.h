@@ -52,7 +52,8 @@ TAIJI_API taiji_status_t taiji_peer_links(const taiji_peer_t *peer, taiji_link_m
 
 /* A matrix from row-major arrays of size*size entries (copied), e.g. one measured before
  * or a synthetic one. latency may be NULL (all 0). ERR_INVALID_ARGUMENT for size < 1, a
- * NULL bandwidth, or an entry that is negative or not finite. */
+ * NULL bandwidth, or an entry that is negative or not finite; taiji_peer_last_error(NULL)
+ * on the calling thread then says which. */
 TAIJI_API taiji_status_t taiji_link_matrix_create(int size, const double *bandwidth, const double *latency,
                                                   taiji_link_matrix_t **matrix);
 /* Ranks; 0 for NULL. */
@@ -77,7 +78,8 @@ typedef struct taiji_optimize_options {
  * destroy. peer may be NULL (its chunk size is then not known). explanation, when not
  * NULL, gets one NUL-terminated line (cut to len) naming the winner, its predicted time
  * and bottleneck and the next best candidates. Never blocks. ERR_INVALID_ARGUMENT for a
- * NULL matrix or output, or a matrix whose size is not the peer's. */
+ * NULL matrix or output, or a matrix whose size is not the peer's, with the reason in
+ * taiji_peer_last_error(NULL) on the calling thread (and in explanation). */
 TAIJI_API taiji_status_t taiji_optimize_topology(const taiji_peer_t *peer, const taiji_link_matrix_t *matrix,
                                                  const taiji_optimize_options_t *options,
                                                  taiji_topology_t **topology, char *explanation, size_t len);
