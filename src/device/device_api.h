@@ -35,6 +35,11 @@ struct DeviceOp {
   // starts after the work queued on it before the post, and work queued on it after the op
   // completes starts after the op.
   void* stream = nullptr;
+  // Where the op starts on `stream`: a fence DeviceRuntime::record_fence recorded there at
+  // the post, which the launch makes the group wait for; 0: the op waits for nothing
+  // queued on `stream`. The fence stays the launcher's: it releases it once launch()
+  // returned (the wait is enqueued by then), or when the op ends without a launch.
+  uint64_t fence = 0;
 };
 
 // One communicator of `size` ranks. One thread (the backend's executor) calls everything
@@ -83,6 +88,38 @@ class DeviceRuntime {
                       void* stream) = 0;
   // "CUDA runtime 13000, NCCL 2.28.9, 1 device" or why there is none: for logs and errors.
   virtual std::string describe() const = 0;
+  // Records, now, the position of the work queued so far on `stream` (a cudaStream_t, or
+  // null: the legacy default stream of device `ordinal`), without waiting for it: a handle
+  // for DeviceOp::fence, or the error. The calling thread's current device is left as it
+  // was. Every fence is released once (release_fence); 0 is never returned. Any thread.
+  virtual Result<uint64_t> record_fence(void* stream, int ordinal) = 0;
+  // Gives back a fence record_fence returned; 0 and unknown handles are ignored. A wait
+  // already enqueued on it is not affected. Any thread.
+  virtual void release_fence(uint64_t fence) = 0;
+};
+
+// One fence of a runtime, shared by its copies and released with the last of them: what
+// holds an op's fence from its post until its launch, on whichever path the op ends.
+class DeviceFence {
+ public:
+  DeviceFence() = default;
+  DeviceFence(std::shared_ptr<DeviceRuntime> runtime, uint64_t fence)
+      : hold_(fence == 0 ? nullptr : std::make_shared<const Hold>(std::move(runtime), fence)) {}
+  // The handle for DeviceOp::fence; 0 when this holds none.
+  uint64_t handle() const { return hold_ ? hold_->fence : 0; }
+  // Drops this copy's share: the fence is released if no other copy holds it.
+  void reset() { hold_.reset(); }
+
+ private:
+  struct Hold {
+    Hold(std::shared_ptr<DeviceRuntime> r, uint64_t f) : runtime(std::move(r)), fence(f) {}
+    ~Hold() { runtime->release_fence(fence); }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    std::shared_ptr<DeviceRuntime> runtime;
+    uint64_t fence;
+  };
+  std::shared_ptr<const Hold> hold_;
 };
 
 }  // namespace taiji

@@ -282,6 +282,8 @@ bool DeviceExecutor::launch_queued() {
       fail(why);
       return false;
     }
+    // The group's waits on the fences are enqueued: the events may be reused.
+    for (DeviceWork& w : batch) w.fence.reset();
     in_flight_.push_back({handle.value(), std::move(batch)});
   }
 }

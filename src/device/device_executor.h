@@ -25,6 +25,7 @@ namespace taiji {
 struct DeviceWork {
   uint64_t tag = 0;          // the caller's handle, handed back with the outcome
   DeviceOp op;
+  DeviceFence fence;         // holds op.fence: released once the op is launched, or dropped
   uint64_t deadline_ns = 0;  // monotonic_ns(); 0: none
   std::string label;         // "allreduce 'grad.0' version 3": for error messages
 };

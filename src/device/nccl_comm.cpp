@@ -1,11 +1,15 @@
 // A communicator runs its collectives on a stream of its own, fenced against each caller's
-// stream with events both ways: the group waits for the work queued on the caller's stream
-// before the launch, and work queued there after the launch waits for the group. The
-// caller's stream is never blocked on the host. NCCL calls are serialised by one mutex so
-// that abort() from another thread cannot free the communicator under a call in progress;
-// in non-blocking mode every such call returns promptly, so abort() never waits long.
+// stream with events both ways: the group waits for each op's fence, the event recorded on
+// the caller's stream when the op was posted (DeviceRuntime::record_fence, whose handle is
+// that cudaEvent_t), and work queued there after the launch waits for the group. Work the
+// caller queues between the post and the launch is not waited for: it may itself wait for
+// the op. The caller's stream is never blocked on the host. NCCL calls are serialised by
+// one mutex so that abort() from another thread cannot free the communicator under a call
+// in progress; in non-blocking mode every such call returns promptly, so abort() never
+// waits long.
 #include "device/nccl_comm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -69,7 +73,6 @@ class NcclComm final : public DeviceComm {
   bool finalized_ = false;  // under mu_
   bool ready_ = false;      // the executor's thread only, as everything below
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t entry_ = nullptr;  // re-recorded on each caller stream in turn
   std::vector<cudaEvent_t> spare_events_;
   std::unordered_map<uint64_t, cudaEvent_t> batches_;
   uint64_t next_batch_ = 1;
@@ -85,9 +88,7 @@ void NcclComm::release_cuda() {
   batches_.clear();
   for (cudaEvent_t event : spare_events_) cuda().cudaEventDestroy(event);
   spare_events_.clear();
-  if (entry_) cuda().cudaEventDestroy(entry_);
   if (stream_) cuda().cudaStreamDestroy(stream_);
-  entry_ = nullptr;
   stream_ = nullptr;
 }
 
@@ -97,9 +98,6 @@ Status NcclComm::start(const std::string& id, int rank, int size) {
   if (cudaError_t err = cuda().cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
       err != cudaSuccess)
     return cuda_error(err, "cudaStreamCreateWithFlags");
-  if (cudaError_t err = cuda().cudaEventCreateWithFlags(&entry_, cudaEventDisableTiming);
-      err != cudaSuccess)
-    return cuda_error(err, "cudaEventCreateWithFlags");
   ncclUniqueId unique_id;
   std::memcpy(unique_id.internal, id.data(), NCCL_UNIQUE_ID_BYTES);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -206,6 +204,7 @@ Result<uint64_t> NcclComm::launch(const std::vector<DeviceOp>& ops) {
     if (!s.is_ok()) return s;
   }
   std::vector<cudaStream_t> callers;
+  std::vector<uint64_t> fences;
   for (const DeviceOp& op : ops) {
     if (Status s = device_op_supported(op.kind); !s.is_ok()) return s;
     if (Result<int> t = nccl_dtype(op.dtype); !t.is_ok()) return t.status();
@@ -218,14 +217,16 @@ Result<uint64_t> NcclComm::launch(const std::vector<DeviceOp>& ops) {
     bool seen = false;
     for (cudaStream_t s : callers) seen = seen || s == stream;
     if (!seen) callers.push_back(stream);
+    // One wait for each distinct fence.
+    if (op.fence != 0 && std::find(fences.begin(), fences.end(), op.fence) == fences.end())
+      fences.push_back(op.fence);
   }
   if (cudaError_t err = cuda().cudaSetDevice(ordinal_); err != cudaSuccess)
     return cuda_error(err, "cudaSetDevice");
-  for (cudaStream_t caller : callers) {
-    if (cudaError_t err = cuda().cudaEventRecord(entry_, caller); err != cudaSuccess)
-      return cuda_error(err, "cudaEventRecord (caller's stream)");
-    if (cudaError_t err = cuda().cudaStreamWaitEvent(stream_, entry_, 0); err != cudaSuccess)
-      return cuda_error(err, "cudaStreamWaitEvent (communicator's stream)");
+  for (uint64_t fence : fences) {
+    auto entry = reinterpret_cast<cudaEvent_t>(static_cast<uintptr_t>(fence));
+    if (cudaError_t err = cuda().cudaStreamWaitEvent(stream_, entry, 0); err != cudaSuccess)
+      return cuda_error(err, "cudaStreamWaitEvent (communicator's stream, the op's fence)");
   }
   Result<cudaEvent_t> completion = take_event();
   if (!completion.is_ok()) return completion.status();

@@ -1,6 +1,11 @@
 #include "device/nccl_device.h"
 
+#include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "device/nccl_comm.h"
 #include "device/nccl_loader.h"
@@ -13,6 +18,14 @@ class NcclRuntime final : public DeviceRuntime {
  public:
   NcclRuntime(std::shared_ptr<const LoadedApis> api, int devices, std::string description)
       : api_(std::move(api)), devices_(devices), description_(std::move(description)) {}
+  ~NcclRuntime() override {
+    for (auto& [ordinal, events] : spare_fences_)
+      for (cudaEvent_t event : events) api_->cuda.cudaEventDestroy(event);
+    for (auto& [fence, ordinal] : lent_fences_)
+      api_->cuda.cudaEventDestroy(reinterpret_cast<cudaEvent_t>(static_cast<uintptr_t>(fence)));
+  }
+  NcclRuntime(const NcclRuntime&) = delete;
+  NcclRuntime& operator=(const NcclRuntime&) = delete;
 
   Status usable() const override { return Status::ok(); }
 
@@ -74,10 +87,89 @@ class NcclRuntime final : public DeviceRuntime {
 
   std::string describe() const override { return description_; }
 
+  // A fence is an event recorded on the caller's stream; its handle is the cudaEvent_t
+  // itself, which the communicator's launch waits on (nccl_comm.cpp). Events come from a
+  // pool per device: posting threads record, the executor's thread releases.
+  Result<uint64_t> record_fence(void* stream, int ordinal) override {
+    if (ordinal < 0 || ordinal >= devices_)
+      return Status(Code::InvalidArgument, "device " + std::to_string(ordinal) + " of " +
+                                               std::to_string(devices_) + " visible here");
+    const auto& cuda = api_->cuda;
+    auto failed = [&](const char* call, cudaError_t err) {
+      cuda.cudaGetLastError();
+      return Status(Code::Internal, std::string(call) + ": " + cuda_error_text(cuda, err));
+    };
+    // The event is made on, and a null stream means, device `ordinal`: it is made current
+    // for the calls, then the caller's is restored.
+    int current = 0;
+    if (cudaError_t err = cuda.cudaGetDevice(&current); err != cudaSuccess)
+      return failed("cudaGetDevice", err);
+    if (current != ordinal) {
+      if (cudaError_t err = cuda.cudaSetDevice(ordinal); err != cudaSuccess)
+        return failed("cudaSetDevice", err);
+    }
+    Result<uint64_t> fence = record_on(stream, ordinal);
+    if (current != ordinal) {
+      if (cudaError_t err = cuda.cudaSetDevice(current); err != cudaSuccess) {
+        release_fence(fence.is_ok() ? fence.value() : 0);
+        return failed("cudaSetDevice (restoring the caller's device)", err);
+      }
+    }
+    return fence;
+  }
+
+  void release_fence(uint64_t fence) override {
+    if (fence == 0) return;
+    std::lock_guard lock(fence_mu_);
+    auto it = lent_fences_.find(fence);
+    if (it == lent_fences_.end()) return;
+    spare_fences_[it->second].push_back(
+        reinterpret_cast<cudaEvent_t>(static_cast<uintptr_t>(fence)));
+    lent_fences_.erase(it);
+  }
+
  private:
+  // record_fence with device `ordinal` current.
+  Result<uint64_t> record_on(void* stream, int ordinal) {
+    const auto& cuda = api_->cuda;
+    cudaEvent_t event = nullptr;
+    {
+      std::lock_guard lock(fence_mu_);
+      std::vector<cudaEvent_t>& spare = spare_fences_[ordinal];
+      if (!spare.empty()) {
+        event = spare.back();
+        spare.pop_back();
+      }
+    }
+    if (!event) {
+      if (cudaError_t err = cuda.cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+          err != cudaSuccess) {
+        cuda.cudaGetLastError();
+        return Status(Code::Internal,
+                      "cudaEventCreateWithFlags: " + cuda_error_text(cuda, err));
+      }
+    }
+    // The legacy default stream by name, as the communicator's launch names it.
+    auto s = stream ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
+    cudaError_t err = cuda.cudaEventRecord(event, s);
+    std::lock_guard lock(fence_mu_);
+    if (err != cudaSuccess) {
+      spare_fences_[ordinal].push_back(event);
+      cuda.cudaGetLastError();
+      return Status(Code::Internal,
+                    "cudaEventRecord (the caller's stream): " + cuda_error_text(cuda, err));
+    }
+    auto fence = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(event));
+    lent_fences_[fence] = ordinal;
+    return fence;
+  }
+
   std::shared_ptr<const LoadedApis> api_;
   const int devices_;
   const std::string description_;
+  std::mutex fence_mu_;
+  std::map<int, std::vector<cudaEvent_t>> spare_fences_;  // by device; under fence_mu_
+  std::unordered_map<uint64_t, int> lent_fences_;         // fence -> device; under fence_mu_
 };
 
 // CUDA's version numbers are 1000 * major + 10 * minor.

@@ -20,6 +20,7 @@ namespace taiji {
   X(cudaRuntimeGetVersion)      \
   X(cudaDriverGetVersion)       \
   X(cudaPointerGetAttributes)   \
+  X(cudaGetDevice)              \
   X(cudaSetDevice)              \
   X(cudaStreamCreateWithFlags)  \
   X(cudaStreamDestroy)          \

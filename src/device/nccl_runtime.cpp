@@ -24,6 +24,8 @@ class UnusableRuntime final : public DeviceRuntime {
   }
   Status copy(void*, const void*, uint64_t, bool, int, void*) override { return why_; }
   std::string describe() const override { return why_.message(); }
+  Result<uint64_t> record_fence(void*, int) override { return why_; }
+  void release_fence(uint64_t) override {}
 
  private:
   const Status why_;

@@ -109,6 +109,14 @@ Status DeviceBackend::place(const PostArgs& args, PostedOp& op) {
                                        "; this peer's device ops run on device " + std::to_string(expected)};
   }
   op.stream = args.stream;
+  // The op starts after what the caller queued on its stream so far, and not after what
+  // it queues later (that may wait for this op): the position is taken here, at the post.
+  auto fence = rt->record_fence(args.stream, op.ordinal);
+  if (!fence.is_ok()) {
+    return {fence.status().code(), op_kind_name(args.kind) + std::string(" '") + args.name +
+                                       "': fencing the caller's stream: " + fence.status().message()};
+  }
+  op.fence = DeviceFence(rt, fence.value());
   return {};
 }
 
@@ -119,6 +127,7 @@ std::string DeviceBackend::label(const PostedOp& op) const {
 void DeviceBackend::start(std::shared_ptr<PostedOp> op, bool) {
   Key key{op->name, op->version};
   if (!sticky_.is_ok()) {
+    op->fence.reset();
     names_->release(key.first, key.second);
     op->request->complete(sticky_);
     return;
@@ -258,6 +267,9 @@ void DeviceBackend::run_order(const std::vector<OrderEntry>& entries) {
     w.op.send = cs.send;
     w.op.recv = cs.recv;
     w.op.stream = e.op->stream;
+    // The executor holds the fence from here: it releases it once the op is launched.
+    w.op.fence = e.op->fence.handle();
+    w.fence = std::move(e.op->fence);
     // The op's budget runs from when every rank had posted it (rank 0's order), not from
     // this rank's post: a rank that posted early must not abort a communicator the others
     // have just reached. Saturating: a timeout of "never" stays never.
@@ -282,6 +294,8 @@ void DeviceBackend::finish(uint64_t tag, const Status& status) {
   if (it == ops_.end()) return;
   std::shared_ptr<PostedOp> op = std::move(it->second.op);
   ops_.erase(it);
+  // Whoever else holds the op may keep it alive; its fence is not needed past here.
+  op->fence.reset();
   names_->release(op->name, op->version);
   Status result = status;
   if (op->finish_hook) result = op->finish_hook(result);

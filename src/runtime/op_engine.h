@@ -17,6 +17,7 @@
 
 #include "collectives/collective_op.h"
 #include "common/cluster.h"
+#include "device/device_api.h"
 #include "monitor/metrics.h"
 #include "runtime/early_arrivals.h"
 #include "runtime/name_table.h"
@@ -53,10 +54,12 @@ struct PostedOp {
   // the status the request reports.
   std::function<Status(const Status&)> finish_hook;
   uint64_t posted_ns = 0;  // monotonic_ns() when the caller posted it
-  // Device memory (runtime/device_backend.h): on which device, ordered against which stream.
+  // Device memory (runtime/device_backend.h): on which device, ordered against which stream,
+  // and the stream's position at the post (held until the op is handed to the executor).
   bool device = false;
   int ordinal = -1;
   void* stream = nullptr;
+  DeviceFence fence;
 };
 
 class OpEngine final : public ReceiveHandler {

@@ -329,3 +329,44 @@ TEST_CASE("fake device: finalize waits for every rank, or times out and aborts",
     CHECK(fake.aborts() == 2);
   }
 }
+
+TEST_CASE("fake device: fences record a stream's position; a launch needs its fence held", "[fake_device]") {
+  FakeDeviceRuntime fake;
+  Comms comms = join_all(fake, 1);
+  void* stream = fake.make_stream();
+  auto* buf = static_cast<float*>(fake.alloc(4 * sizeof(float)));
+  CHECK(fake.queue_work(stream, 2) == 2);
+  auto fence = fake.record_fence(stream, 0);
+  REQUIRE(fence.is_ok());
+  CHECK(fence.value() != 0);
+  CHECK(fake.queue_work(stream, 5) == 7);
+  DeviceOp op{OpKind::Allreduce, DType::F32, RedOp::Sum, 4, 0, buf, buf, stream, fence.value()};
+  launch(*comms[0], op);
+  fake.release_fence(fence.value());
+  // Without a fence an op waits for the stream as it is at the launch.
+  op.fence = 0;
+  launch(*comms[0], op);
+  auto waits = fake.fence_waits(0);
+  REQUIRE(waits.size() == 2);
+  CHECK((waits[0].fenced && waits[0].stream == stream && waits[0].position == 2));
+  CHECK((!waits[1].fenced && waits[1].stream == stream && waits[1].position == 7));
+  // A released fence, another stream's fence, an unknown stream, another device: refused.
+  op.fence = fence.value();
+  CHECK(comms[0]->launch({op}).status().code() == Code::InvalidArgument);
+  auto other = fake.record_fence(nullptr, 0);
+  REQUIRE(other.is_ok());
+  op.fence = other.value();
+  CHECK(comms[0]->launch({op}).status().code() == Code::InvalidArgument);
+  int not_a_stream = 0;
+  CHECK(fake.record_fence(&not_a_stream, 0).status().code() == Code::InvalidArgument);
+  CHECK(fake.record_fence(stream, 1).status().code() == Code::InvalidArgument);
+  CHECK(fake.fences_recorded() == 2);
+  CHECK(fake.fences_held() == 1);
+  fake.release_fence(other.value());
+  fake.release_fence(other.value());
+  fake.release_fence(0);
+  CHECK(fake.fences_held() == 0);
+  CHECK(fake.stray_fence_releases() == 1);
+  CHECK(fake.fence_waits(0).size() == 2);
+  fake.release(buf);
+}

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -31,6 +32,7 @@ struct TestCuda {
   decltype(&::cudaStreamCreate) cudaStreamCreate = nullptr;
   decltype(&::cudaStreamDestroy) cudaStreamDestroy = nullptr;
   decltype(&::cudaStreamSynchronize) cudaStreamSynchronize = nullptr;
+  decltype(&::cudaLaunchHostFunc) cudaLaunchHostFunc = nullptr;
 
   TestCuda() {
     void* lib = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
@@ -42,6 +44,7 @@ struct TestCuda {
     resolve(lib, "cudaStreamCreate", &cudaStreamCreate);
     resolve(lib, "cudaStreamDestroy", &cudaStreamDestroy);
     resolve(lib, "cudaStreamSynchronize", &cudaStreamSynchronize);
+    resolve(lib, "cudaLaunchHostFunc", &cudaLaunchHostFunc);
   }
 
   template <typename F>
@@ -123,13 +126,17 @@ TEST_CASE("one rank runs a group of every kind, fenced with the caller's stream"
   // only the fences order them.
   REQUIRE(cuda.cudaMemcpyAsync(a, input.data(), bytes, cudaMemcpyHostToDevice, stream) ==
           cudaSuccess);
+  Result<uint64_t> fence = runtime->record_fence(stream, 0);
+  INFO(fence.status().message());
+  REQUIRE(fence.is_ok());
   std::vector<DeviceOp> ops = {
-      {OpKind::Allreduce, DType::F32, RedOp::Sum, n, 0, a, out[0], stream},
-      {OpKind::Broadcast, DType::F32, RedOp::Sum, n, 0, a, out[1], stream},
-      {OpKind::Allgather, DType::F32, RedOp::Sum, n, 0, a, out[2], stream},
-      {OpKind::Reduce, DType::F32, RedOp::Max, n, 0, a, out[3], stream},
-      {OpKind::ReduceScatter, DType::F32, RedOp::Avg, n, 0, a, out[4], stream}};
+      {OpKind::Allreduce, DType::F32, RedOp::Sum, n, 0, a, out[0], stream, fence.value()},
+      {OpKind::Broadcast, DType::F32, RedOp::Sum, n, 0, a, out[1], stream, fence.value()},
+      {OpKind::Allgather, DType::F32, RedOp::Sum, n, 0, a, out[2], stream, fence.value()},
+      {OpKind::Reduce, DType::F32, RedOp::Max, n, 0, a, out[3], stream, fence.value()},
+      {OpKind::ReduceScatter, DType::F32, RedOp::Avg, n, 0, a, out[4], stream, fence.value()}};
   Result<uint64_t> batch = comm->launch(ops);
+  runtime->release_fence(fence.value());
   INFO(batch.status().message());
   REQUIRE(batch.is_ok());
   std::vector<std::vector<float>> got(out.size(), std::vector<float>(n));
@@ -144,9 +151,12 @@ TEST_CASE("one rank runs a group of every kind, fenced with the caller's stream"
   }
 
   // The default stream as the caller's, and an in-place broadcast (no send buffer).
+  fence = runtime->record_fence(nullptr, 0);
+  REQUIRE(fence.is_ok());
   std::vector<DeviceOp> on_default = {
-      {OpKind::Broadcast, DType::F32, RedOp::Sum, n, 0, nullptr, out[0], nullptr}};
+      {OpKind::Broadcast, DType::F32, RedOp::Sum, n, 0, nullptr, out[0], nullptr, fence.value()}};
   batch = comm->launch(on_default);
+  runtime->release_fence(fence.value());
   REQUIRE(batch.is_ok());
   wait_done(*comm, batch.value());
   REQUIRE(cuda.cudaMemcpy(got[0].data(), out[0], bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
@@ -160,11 +170,62 @@ TEST_CASE("one rank runs a group of every kind, fenced with the caller's stream"
 
   CHECK(comm->finalize(10000).is_ok());
   CHECK(comm->async_error().code() == Code::Finalized);
+  on_default[0].fence = 0;
   CHECK(comm->launch(on_default).status().code() == Code::Finalized);
   comm.reset();
   REQUIRE(cuda.cudaStreamDestroy(stream) == cudaSuccess);
   cuda.cudaFree(a);
   for (float* o : out) cuda.cudaFree(o);
+}
+
+namespace {
+
+// Holds the stream it runs on until the test lets it go (or 30 s pass).
+void CUDART_CB hold_stream(void* flag) {
+  auto* released = static_cast<std::atomic<bool>*>(flag);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!released->load() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+}
+
+}  // namespace
+
+TEST_CASE("an op waits for its stream up to its fence, not for work queued after it",
+          "[device_gpu]") {
+  auto runtime = gpu_runtime();
+  TestCuda cuda;
+  auto comm = ready_comm(*runtime);
+  constexpr size_t n = 1024;
+  auto* a = static_cast<float*>(cuda.alloc(n * sizeof(float)));
+  cudaStream_t stream = nullptr;
+  REQUIRE(cuda.cudaStreamCreate(&stream) == cudaSuccess);
+  Result<uint64_t> fence = runtime->record_fence(stream, 0);
+  REQUIRE(fence.is_ok());
+  // Queued after the fence: work that waits for the op's result, as a caller may queue
+  // between its post and the launch. Waiting for it would never end.
+  std::atomic<bool> released{false};
+  REQUIRE(cuda.cudaLaunchHostFunc(stream, hold_stream, &released) == cudaSuccess);
+  std::vector<DeviceOp> ops = {
+      {OpKind::Allreduce, DType::F32, RedOp::Sum, n, 0, a, a, stream, fence.value()}};
+  Result<uint64_t> batch = comm->launch(ops);
+  runtime->release_fence(fence.value());
+  INFO(batch.status().message());
+  REQUIRE(batch.is_ok());
+  bool done = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    Result<bool> d = comm->done(batch.value());
+    REQUIRE(d.is_ok());
+    done = d.value();
+    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  released = true;
+  CHECK(done);
+  REQUIRE(cuda.cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(comm->finalize(10000).is_ok());
+  comm.reset();
+  REQUIRE(cuda.cudaStreamDestroy(stream) == cudaSuccess);
+  cuda.cudaFree(a);
 }
 
 TEST_CASE("an aborted communicator refuses everything after", "[device_gpu]") {

@@ -56,6 +56,10 @@ class NamedRuntime final : public DeviceRuntime {
     return Status(Code::Unsupported, "not in this test");
   }
   std::string describe() const override { return name_; }
+  Result<uint64_t> record_fence(void*, int) override {
+    return Status(Code::Unsupported, "not in this test");
+  }
+  void release_fence(uint64_t) override {}
 
  private:
   std::string name_;

@@ -93,6 +93,25 @@ struct FakeDeviceRuntime::State {
   uint64_t aborts = 0;
   uint64_t copies = 0;
   std::map<int, std::vector<LaunchedOp>> history;
+  std::map<int, std::vector<FenceWait>> fence_history;
+  std::vector<std::unique_ptr<char>> stream_tokens;  // what make_stream hands out
+  std::map<const void*, uint64_t> stream_work;         // work items queued per stream
+  struct Fence {
+    const void* stream = nullptr;
+    uint64_t position = 0;
+  };
+  std::map<uint64_t, Fence> fences;  // held
+  uint64_t next_fence = 1;
+  uint64_t fences_recorded = 0;
+  uint64_t stray_releases = 0;
+
+  bool known_stream(const void* stream) const {
+    return stream == nullptr || stream_work.count(stream) > 0;
+  }
+  uint64_t position(const void* stream) const {
+    auto it = stream_work.find(stream);
+    return it == stream_work.end() ? 0 : it->second;
+  }
 
   // Whether [p, p + bytes) lies inside one allocation.
   bool on_device(const void* p, size_t bytes) const {
@@ -237,8 +256,10 @@ class FakeComm : public taiji::DeviceComm {
     if (!init_locked().is_ok())
       return Status(Code::InvalidArgument, "fake comm: launch before init completed");
     if (ops.empty()) return Status(Code::InvalidArgument, "fake comm: empty group");
+    std::vector<FenceWait> waits;
     for (size_t i = 0; i < ops.size(); ++i) {
       Status st = validate(ops[i]);
+      if (st.is_ok()) st = start_point(ops[i], waits);
       if (!st.is_ok())
         return Status(st.code(), "fake comm: op " + std::to_string(i) + ": " + st.message());
     }
@@ -249,6 +270,8 @@ class FakeComm : public taiji::DeviceComm {
     b.ops[rank_] = ops;
     auto& hist = s_->history[rank_];
     for (const DeviceOp& op : ops) hist.push_back({op.kind, op.count});
+    auto& fenced = s_->fence_history[rank_];
+    fenced.insert(fenced.end(), waits.begin(), waits.end());
     if (++b.launched == w_->size) s_->match(*w_, k);
     return k;
   }
@@ -328,6 +351,24 @@ class FakeComm : public taiji::DeviceComm {
     for (uint64_t k = 0; k < me().launched; ++k)
       if (!s_->batch_done(*w_, k, now)) return false;
     return true;
+  }
+
+  // Where `op` starts on its stream, added to `waits`: at its fence, which must be held
+  // and recorded on the op's stream, or without one at the stream's work so far.
+  Status start_point(const DeviceOp& op, std::vector<FenceWait>& waits) const {
+    if (!s_->known_stream(op.stream)) return Status(Code::InvalidArgument, "unknown stream");
+    if (op.fence == 0) {
+      waits.push_back({false, op.stream, s_->position(op.stream)});
+      return Status::ok();
+    }
+    auto it = s_->fences.find(op.fence);
+    if (it == s_->fences.end())
+      return Status(Code::InvalidArgument,
+                    "fence " + std::to_string(op.fence) + " is not held (released, or never recorded)");
+    if (it->second.stream != op.stream)
+      return Status(Code::InvalidArgument, "fence " + std::to_string(op.fence) + " is another stream's");
+    waits.push_back({true, op.stream, it->second.position});
+    return Status::ok();
   }
 
   Status validate(const DeviceOp& op) const {
@@ -439,6 +480,59 @@ std::string FakeDeviceRuntime::describe() const {
   std::lock_guard lk(s_->mu);
   return s_->usable.is_ok() ? "fake device runtime, 1 device"
                             : "fake device runtime: " + s_->usable.message();
+}
+
+Result<uint64_t> FakeDeviceRuntime::record_fence(void* stream, int ordinal) {
+  std::lock_guard lk(s_->mu);
+  if (!s_->usable.is_ok()) return s_->usable;
+  if (ordinal != 0)
+    return Status(Code::InvalidArgument, "fake: record_fence on device " + std::to_string(ordinal));
+  if (!s_->known_stream(stream)) return Status(Code::InvalidArgument, "fake: record_fence on an unknown stream");
+  uint64_t fence = s_->next_fence++;
+  s_->fences[fence] = {stream, s_->position(stream)};
+  ++s_->fences_recorded;
+  return fence;
+}
+
+void FakeDeviceRuntime::release_fence(uint64_t fence) {
+  if (fence == 0) return;
+  std::lock_guard lk(s_->mu);
+  if (s_->fences.erase(fence) == 0) ++s_->stray_releases;
+}
+
+void* FakeDeviceRuntime::make_stream() {
+  auto token = std::make_unique<char>();
+  std::lock_guard lk(s_->mu);
+  void* stream = token.get();
+  s_->stream_tokens.push_back(std::move(token));
+  s_->stream_work[stream] = 0;
+  return stream;
+}
+
+uint64_t FakeDeviceRuntime::queue_work(void* stream, uint64_t items) {
+  std::lock_guard lk(s_->mu);
+  return s_->stream_work[stream] += items;
+}
+
+std::vector<FenceWait> FakeDeviceRuntime::fence_waits(int rank) const {
+  std::lock_guard lk(s_->mu);
+  auto it = s_->fence_history.find(rank);
+  return it == s_->fence_history.end() ? std::vector<FenceWait>{} : it->second;
+}
+
+uint64_t FakeDeviceRuntime::fences_recorded() const {
+  std::lock_guard lk(s_->mu);
+  return s_->fences_recorded;
+}
+
+uint64_t FakeDeviceRuntime::fences_held() const {
+  std::lock_guard lk(s_->mu);
+  return s_->fences.size();
+}
+
+uint64_t FakeDeviceRuntime::stray_fence_releases() const {
+  std::lock_guard lk(s_->mu);
+  return s_->stray_releases;
 }
 
 void* FakeDeviceRuntime::alloc(size_t bytes) {

@@ -6,6 +6,11 @@
 // leaves the others hanging, abort() ends one rank's communicator at once, and finalize
 // waits for every rank. Results are computed with taiji's own reduce kernels.
 //
+// Streams are counters: a test queues "work" on one (queue_work), a fence records the
+// count at the time (record_fence), and a launch notes the count each op waited for: its
+// fence's, or, for an op without one, the count at the launch. A launch with a fence that
+// is not held (released, or never recorded) fails.
+//
 // Thread safety: every call, on the runtime and on its communicators, may come from any
 // thread; one mutex guards all of it.
 #pragma once
@@ -27,6 +32,13 @@ struct LaunchedOp {
   bool operator==(const LaunchedOp&) const = default;
 };
 
+// Where on its stream a launched op started.
+struct FenceWait {
+  bool fenced = false;           // it had a fence (else: it waited for the stream at launch)
+  const void* stream = nullptr;  // the op's stream
+  uint64_t position = 0;         // the work items on `stream` it waited for
+};
+
 class FakeDeviceRuntime : public taiji::DeviceRuntime {
  public:
   FakeDeviceRuntime();
@@ -46,6 +58,10 @@ class FakeDeviceRuntime : public taiji::DeviceRuntime {
   taiji::Status copy(void* dst, const void* src, uint64_t bytes, bool to_device, int ordinal,
                      void* stream) override;
   std::string describe() const override;
+  // Fails for a stream make_stream() did not make (null, the default stream, is one) and
+  // for a device other than 0.
+  taiji::Result<uint64_t> record_fence(void* stream, int ordinal) override;
+  void release_fence(uint64_t fence) override;
 
   // Fake device memory (device 0), 64-byte aligned; alloc(0) gives a valid pointer.
   // release(nullptr) and pointers it did not hand out are ignored. What is not released
@@ -71,6 +87,11 @@ class FakeDeviceRuntime : public taiji::DeviceRuntime {
   // previous batch, since one stream runs them in order) times its number of ops.
   void device_time_us(uint64_t us);
 
+  // Fake streams: a new one, with no work queued; `items` more work items queued on
+  // `stream` (null: the default stream), returning how many it has now.
+  void* make_stream();
+  uint64_t queue_work(void* stream, uint64_t items = 1);
+
   // Inspection.
   // Batches whose ranks disagreed (op count, or kind, dtype, count, and redop or root where
   // the kind has one), and a line for each saying how.
@@ -82,6 +103,13 @@ class FakeDeviceRuntime : public taiji::DeviceRuntime {
   uint64_t copies() const;
   // Every op `rank` launched, in order, across its worlds.
   std::vector<LaunchedOp> launched(int rank) const;
+  // For each op `rank` launched, in order, where on its stream it started.
+  std::vector<FenceWait> fence_waits(int rank) const;
+  // Fences recorded, fences recorded and not released yet, and releases of a fence that
+  // was not held (released twice, or never recorded).
+  uint64_t fences_recorded() const;
+  uint64_t fences_held() const;
+  uint64_t stray_fence_releases() const;
 
   struct State;
 
