@@ -64,8 +64,6 @@ std::vector<std::string> run_peers(int n, const std::function<void(taiji_peer_t*
       if (options.configure) options.configure(r, cfg);
       taiji_peer_t* peer = nullptr;
       taiji_status_t s = taiji_peer_init(&cfg, &peer);
-      // The settings a configure hook set (taiji_config_set); the peer keeps its own copy.
-      taiji_config_clear(&cfg);
       if (s != TAIJI_OK) {
         fail(std::string("init: ") + taiji_status_name(s) + ": " + taiji_peer_last_error(nullptr));
         return;
