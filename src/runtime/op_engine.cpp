@@ -4,27 +4,12 @@
 #include <cstring>
 
 #include "monitor/log.h"
+#include "runtime/op_engine_active.h"
 #include "runtime/p2p_key.h"
 
 namespace taiji {
 
 namespace {
-
-// A failed op whose buffers are still in the transport's hands after this long has its
-// links dropped, so the caller's request can complete and release the buffers.
-constexpr uint64_t kStuckFailureMs = 1000;
-// After a timeout the op has already waited its whole deadline for these links: a peer
-// still not taking (or giving) its data is the unresponsive one, so cut sooner.
-constexpr uint64_t kStuckTimeoutMs = 250;
-constexpr uint64_t kMaxAbortReason = 4096;
-
-// A frame of kind None names no op, but its text still reads as one.
-std::string kind_name(OpKind k) { return k == OpKind::None ? "op" : op_kind_name(k); }
-
-std::string op_title(OpKind kind, const std::string& name, uint64_t version) {
-  return kind_name(kind) + " '" + std::string(p2p_user_name(name)) + "' version " +
-         std::to_string(version);
-}
 
 std::string describe(OpKind kind, uint64_t count, uint8_t dtype, uint8_t redop, uint32_t root,
                      uint32_t topology) {
@@ -43,39 +28,6 @@ std::string describe(OpKind kind, uint64_t count, uint8_t dtype, uint8_t redop, 
 }
 
 }  // namespace
-
-struct OpEngine::Active {
-  Key key;
-  std::unique_ptr<CollectiveOp> op;
-  std::shared_ptr<RequestState> request;
-  std::function<Status(const Status&)> finish_hook;
-  uint64_t timeout_ms = 0;
-  uint64_t deadline = 0;
-  std::vector<bool> ready_from;
-  std::vector<std::vector<ChunkSend>> held;  // per destination, until its Ready arrives
-  std::vector<int> writes_to;                // per destination, writes not yet completed
-  int writes = 0;
-  int receiving = 0;                         // payloads being read into this op's buffers
-  bool failed = false;
-  bool finished = false;
-  Status failure;
-  uint64_t failed_at = 0;
-  uint64_t stuck_after = kStuckFailureMs;
-  uint64_t started = 0;
-  bool stall_asked = false;
-  OpStart trace;                             // what the metrics know of it
-  uint64_t metrics_token = 0;                // 0: not counted (metrics off)
-
-  OpKind kind() const { return op->spec().kind; }
-  std::string title() const {
-    std::string t = op_title(kind(), key.first, key.second);
-    if (kind() == OpKind::Send) t += " to rank " + std::to_string(op->spec().peer);
-    if (kind() == OpKind::Recv) t += " from rank " + std::to_string(op->spec().peer);
-    return t;
-  }
-  // Whether rank r takes part: every rank in a collective, the other side of a send/recv.
-  bool involves(int r) const { return !op_kind_p2p(kind()) || op->spec().peer == r; }
-};
 
 OpEngine::OpEngine(uv_loop_t* loop, EngineOptions options, NameTable* names)
     : loop_(loop),
@@ -518,90 +470,6 @@ void OpEngine::fail_ops(const Status& why) {
   }
   // Payloads still arriving keep their buffers until their frame ends.
   early_.discard_if([](const Key&) { return true; });
-}
-
-bool OpEngine::stall_state(const Key& key, StallWatchdog::OpState* out) const {
-  auto it = ops_.find(key);
-  if (it == ops_.end() || it->second->failed) return false;
-  const Active& op = *it->second;
-  *out = {op.title(), uv_now(loop_) - op.started, op.op->waiting_on()};
-  return true;
-}
-
-Status OpEngine::describe_timeout(const Active& op) const {
-  std::string s = op.title() + " timed out after " + std::to_string(op.timeout_ms) + " ms";
-  auto waiting = op.op->waiting_on();
-  if (!waiting.empty()) s += "; waiting here for data from rank(s) " + rank_list(waiting);
-  // A rank this one sends to and whose Ready never came has not posted the op.
-  std::vector<int> unready;
-  const std::vector<int>& dsts = op.op->destinations();
-  for (int r = 0; r < opt_.cluster->size; ++r) {
-    const bool owed = std::find(dsts.begin(), dsts.end(), r) != dsts.end();
-    if (!op.held[r].empty() || (owed && !op.ready_from[r])) unready.push_back(r);
-  }
-  if (!unready.empty()) s += "; rank(s) " + rank_list(unready) + " never posted it";
-  const std::vector<int> unposted = op.stall_asked ? stalls_.unposted(op.key) : std::vector<int>{};
-  if (!unposted.empty()) s += "; rank(s) " + rank_list(unposted) + " had not posted it when asked";
-  const std::vector<int> silent = op.stall_asked ? stalls_.unanswered(op.key) : std::vector<int>{};
-  if (!silent.empty()) {
-    s += "; rank(s) " + rank_list(silent) + " did not answer whether they posted it (stopped, hung or cut off)";
-  }
-  // The ranks it waits on for data may be waiting themselves (a ring passes a stall along):
-  // without a rank named above, say that the one at fault is not known rather than blame them.
-  // An op with one partner (a send or recv, a job of two) has no one else to blame.
-  const bool one_partner = op_kind_p2p(op.kind()) || opt_.cluster->size <= 2;
-  if (!one_partner && unready.empty() && unposted.empty() && silent.empty()) {
-    s += op.stall_asked ? "; every rank had posted it: the rank at fault is unknown"
-                        : "; the rank at fault is unknown";
-  }
-  return {Code::Timeout, s};
-}
-
-void OpEngine::tick() {
-  uint64_t now = uv_now(loop_);
-  Status first_timeout;
-  std::vector<Key> keys;
-  for (auto& [key, op] : ops_) keys.push_back(key);
-  for (const Key& key : keys) {
-    auto it = ops_.find(key);
-    if (it == ops_.end()) continue;
-    Active& op = *it->second;
-    // Asked at the stall warning, or quietly at half the deadline at the latest, so that
-    // a timeout can name the rank actually missing (with two ranks there is only the other).
-    const bool warn_due = opt_.stall_warn_ms > 0 && now >= op.started + opt_.stall_warn_ms;
-    // (A send or recv has only its partner to blame.)
-    const bool blame_due = opt_.cluster->size > 2 && !op_kind_p2p(op.kind()) &&
-                           now >= op.started + (op.deadline - op.started) / 2;
-    if (!op.failed && !op.stall_asked && (warn_due || blame_due)) {
-      op.stall_asked = true;
-      stalls_.ask(key, header_for(op, MsgType::Query), departed_, warn_due,
-                  op_kind_p2p(op.kind()) ? op.op->spec().peer : -1);
-    }
-    if (!op.failed && now >= op.deadline) {
-      Status why = describe_timeout(op);
-      log().warn("{}", why.message());
-      if (first_timeout.is_ok()) first_timeout = why;
-      op.stuck_after = kStuckTimeoutMs;
-      fail(op, why);
-      maybe_finish(op);
-      continue;
-    }
-    if (op.failed && now >= op.failed_at + op.stuck_after) {
-      for (int r = 0; r < opt_.cluster->size; ++r) {
-        if (op.writes_to[r] > 0 || rx_op_[r] == &op) {
-          transport_->drop(r, {Code::Timeout, "rank " + std::to_string(r) +
-                                                  " stopped exchanging data for " + op.title()});
-          if (ops_.find(key) == ops_.end()) break;
-        }
-      }
-    }
-  }
-  if (!first_timeout.is_ok() && on_timeout_) on_timeout_(first_timeout);
-  // Frames for a version this peer will never post (another peer's op that failed here
-  // first, a fusion group of a round that failed only here): once a later version of the
-  // name has ended, nothing can claim them, and their bytes would count against the
-  // early-arrival cap for good, until reads from their sender paused for ever.
-  early_.discard_if([this](const Key& key) { return names_->is_past(key.first, key.second); });
 }
 
 }  // namespace taiji

@@ -214,13 +214,16 @@ TEST_CASE("links: background probes stay within their rate and their rows gather
   Failures failures;
   PerRank<std::vector<double>> matrices;
   PeerOptions po;
-  po.configure = [](int, taiji_config_t& c) {
+  std::vector<taiji_config_t> configs(kRanks);
+  po.configure = [&](int rank, taiji_config_t& c) {
     taiji_config_set(&c, "TAIJI_LINK_PROBE_RATE", "2M");
     taiji_config_set(&c, "TAIJI_LINK_PROBE_BYTES", "64K");
+    configs[static_cast<size_t>(rank)] = c;  // shares the settings, cleared once the peer has its copy
   };
   // Before any peer starts: the time since bounds every peer's probing time from above.
   const auto start = Clock::now();
   auto lines = run_peers(kRanks, [&](taiji_peer_t* peer, int rank) {
+    taiji_config_clear(&configs[static_cast<size_t>(rank)]);
     std::this_thread::sleep_for(std::chrono::milliseconds(kRunMs));
     const double sent = gauge(metrics_json(peer), "taiji_link_probe_bytes_sent");
     const double elapsed = ms_since(start) / 1000;
