@@ -123,6 +123,8 @@ TEST_CASE("device fence: every fence is released, however the op ends", "[device
       if (Status s = run(peer, allreduce("ok", buf, 4)); !s.is_ok() || buf[0] != 2.0f) f.add(r, "op: " + s.message());
       if (Status s = meet(peer, "meet.1"); !s.is_ok()) f.add(r, "meet: " + s.message());
       if (r == 0 && fake.fences_held() != 0) f.add(r, std::to_string(fake.fences_held()) + " fences held after the op");
+      // The count is every rank's: no rank records its next fence before rank 0 counted.
+      if (Status s = meet(peer, "meet.counted"); !s.is_ok()) f.add(r, "meet: " + s.message());
       // Placed (and fenced), then refused: version 1 of "ok" has ended.
       PostArgs stale = allreduce("ok", buf, 4);
       stale.version = 1;
